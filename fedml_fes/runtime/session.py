@@ -1,0 +1,35 @@
+"""The server's whole-run bookkeeping, shared by every transport.
+
+Opens the recorder, checks the method's cache, and closes the run as completed, failed or
+interrupted, always writing summary.json (rows already in metrics.csv are never lost).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..report.metrics import RunRecorder
+from .job import Job
+from .server import AggregatorLike, RoundServer
+
+
+class ServerSession:
+    def __init__(self, job: Job, aggregator: AggregatorLike, run_dir: Path, runtime: str):
+        self.job = job
+        self.run_dir = Path(run_dir)
+        self.runtime = runtime
+        self.recorder = RunRecorder(self.run_dir, job.method.primary_metric)
+        self.server = RoundServer(job, aggregator, self.recorder)
+
+    def complete(self) -> dict[str, Any]:
+        extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
+                                            {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
+        return self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir), **extra)
+
+    def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
+        return self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir))
+
+    def _final(self):
+        key = self.job.method.primary_metric
+        scored = [r[key] for r in self.recorder.rows if r.get(key) == r.get(key)]
+        return scored[-1] if scored else None

@@ -1,0 +1,29 @@
+"""FedML `ServerAggregator` plugin: FedAvg on trainable tensors, evaluation by the method."""
+from __future__ import annotations
+
+from typing import Any
+
+from fedml.core import ServerAggregator
+
+from fedml_fes.runtime.job import Job
+from fedml_fes.runtime.server import FedAvgCore
+
+
+class FesServerAggregator(ServerAggregator):
+    def __init__(self, job: Job, args: Any):
+        super().__init__(job.model, args)
+        self.core = FedAvgCore(job)
+
+    def get_model_params(self):
+        return self.core.get_model_params()
+
+    def set_model_params(self, model_parameters) -> None:
+        self.core.set_model_params(model_parameters)
+
+    def aggregate(self, raw_client_model_or_grad_list):
+        # FedML's default averages whole state dicts by sample count; ours is the same rule
+        # on the trainable tensors, in client-id order and float64 (reproducible bitwise).
+        return self.core.aggregate(raw_client_model_or_grad_list)
+
+    def test(self, test_data, device, args) -> dict[str, float]:
+        return self.core.test(test_data, device, args)
