@@ -48,11 +48,15 @@ def resolve_model_path(name: str) -> str:
 def _quiet_transformers() -> Iterator[None]:
     """Silence the 'newly initialized weights' report: new heads are expected here."""
     before = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(before)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _load(fn, name: str, **kwargs):

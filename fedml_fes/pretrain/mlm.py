@@ -6,6 +6,7 @@ is the expensive part), and accuracy is measured on held-out text with a fixed m
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -15,6 +16,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import FesError
 from ..prompt.classifier import encode
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentence_chunks(texts: Sequence[str], min_words: int = 4) -> list[str]:
+    """Split documents into sentences, so long articles are not cut to their first tokens."""
+    return [s for t in texts for s in _SENTENCE_END.split(t) if len(s.split()) >= min_words]
 
 
 def mlm_head(model: PreTrainedModel) -> nn.Module:

@@ -16,7 +16,7 @@ from ..data.readers import LabeledTexts
 from ..errors import FesError
 from ..models import build_classifier, build_masked_lm
 from ..pretrain.cache import load_cached_info, save_mlm
-from ..pretrain.mlm import masked_token_accuracy, train_mlm
+from ..pretrain.mlm import masked_token_accuracy, sentence_chunks, train_mlm
 from ..prompt.classifier import predict_classifier, train_classifier
 
 
@@ -90,10 +90,10 @@ class FedBertMlm:
         return build_masked_lm(cfg.model.model, cfg.common.random_seed)
 
     def eligible_clients(self, data: FederatedData) -> list[int]:
-        return [c.client_id for c in data.clients if c.all_texts()]
+        return [c.client_id for c in data.clients if sentence_chunks(c.all_texts())]
 
     def local_train(self, model, tokenizer, client, cfg, generator, device):
-        texts = client.all_texts()
+        texts = sentence_chunks(client.all_texts())
         metrics = train_mlm(model, tokenizer, texts, steps=cfg.mlm.local_steps, batch_size=cfg.train.batch_size,
                             lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
                             max_len=cfg.model.max_seq_length, prob=cfg.mlm.mask_probability,
@@ -101,7 +101,7 @@ class FedBertMlm:
         return float(len(texts)), metrics
 
     def evaluate(self, model, tokenizer, test, cfg, device):
-        texts = list(test.texts[: cfg.mlm.heldout_texts])
+        texts = sentence_chunks(test.texts)[: cfg.mlm.heldout_texts]
         acc = masked_token_accuracy(model, tokenizer, texts, batch_size=cfg.train.eval_batch_size,
                                     max_len=cfg.model.max_seq_length, prob=cfg.mlm.mask_probability,
                                     seed=1234, device=device)

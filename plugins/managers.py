@@ -1,0 +1,184 @@
+"""FeS server and client managers on FedML's communication layer (`FedMLCommManager`).
+
+FedML's FedAvg simulator cannot carry FeS's rounds (it never calls the aggregator hooks
+under MPI and never tells a trainer its client id), so, like FedML's own algorithms under
+`fedml/simulation/mpi/`, FeS brings its own managers. The server sends each worker the
+round's tasks (which client ids it plays) with the global trainable tensors; a worker plays
+those clients one after another with the FedML trainer plugin and sends back their updates;
+the server aggregates through the FedML aggregator plugin and starts the next round.
+
+Failure handling: a worker that raises reports one line to the server, which records the
+run as failed, releases every worker and exits non-zero. A silent worker is caught by the
+server's watchdog (`comm_args.worker_timeout_s`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from fedml.core.distributed.communication.constants import CommunicationConstants
+from fedml.core.distributed.communication.message import Message
+from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
+
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import Job
+from fedml_fes.runtime.session import ServerSession
+from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
+
+from .aggregator import FesServerAggregator
+from .inprocess import format_row
+from .trainer import FesClientTrainer
+
+MSG_S2C_TASKS = "fes_s2c_tasks"
+MSG_S2C_FINISH = "fes_s2c_finish"
+MSG_C2S_UPDATES = "fes_c2s_updates"
+MSG_C2S_ERROR = "fes_c2s_error"
+
+KEY_ROUND = "round_idx"
+KEY_TASKS = "tasks"
+KEY_UPDATES = "updates"
+KEY_ERROR = "error"
+
+
+def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:
+    """Round-robin over worker ranks, in client-id order (deterministic)."""
+    plan: dict[int, list[ClientTask]] = {}
+    for i, task in enumerate(sorted(tasks, key=lambda t: t.client_id)):
+        plan.setdefault(workers[i % len(workers)], []).append(task)
+    return plan
+
+
+def one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split()) if not isinstance(e, FesError) else str(e)
+
+
+class FesServerManager(FedMLCommManager):
+    def __init__(self, args: Any, job: Job, run_dir: Path, comm, rank: int, size: int, backend: str,
+                 emit: Callable[[str], None], on_fatal: Callable[[str], None]):
+        super().__init__(args, comm, rank, size, backend)
+        self.job = job
+        self.emit = emit
+        self.on_fatal = on_fatal  # last resort when the comm layer cannot end the run itself
+        self.aggregator = FesServerAggregator(job, args)
+        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_{backend.lower()}")
+        self.server = self.session.server
+        self.workers = list(range(1, size))
+        self.round_idx = -1
+        self.pending: set[int] = set()
+        self.updates: list[ClientUpdate] = []
+        self.planned = 0
+        self.started = False
+        self.summary: dict[str, Any] | None = None
+        self.error: str | None = None
+        self._last_activity = time.monotonic()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True)
+
+    def register_message_receive_handlers(self) -> None:
+        self.register_message_receive_handler(CommunicationConstants.MSG_TYPE_CONNECTION_IS_READY, self._on_ready)
+        self.register_message_receive_handler(MSG_C2S_UPDATES, self._guard(self._on_updates))
+        self.register_message_receive_handler(MSG_C2S_ERROR, self._guard(self._on_error))
+
+    def _guard(self, handler):
+        def run(msg):
+            self._last_activity = time.monotonic()
+            try:
+                handler(msg)
+            except Exception as e:  # a server-side failure still ends every rank cleanly
+                self._fail(f"server failed in round {self.round_idx}: {one_line(e)}")
+        return run
+
+    def _on_ready(self, _msg) -> None:
+        if self.started:
+            return
+        self.started = True
+        self._watchdog.start()
+        self._guard(lambda _m: self._start_round(0))(None)
+
+    def _start_round(self, r: int) -> None:
+        self.round_idx = r
+        tasks = self.server.plan(r)
+        params = self.server.global_params()
+        self.updates, self.planned = [], len(tasks)
+        plan = assign_tasks(tasks, self.workers)
+        self.pending = set(plan)
+        for worker, worker_tasks in plan.items():
+            msg = Message(MSG_S2C_TASKS, self.rank, worker)
+            msg.add_params(KEY_ROUND, r)
+            msg.add_params(KEY_TASKS, [t.to_dict() for t in worker_tasks])
+            msg.add_params(Message.MSG_ARG_KEY_MODEL_PARAMS, params)
+            self.send_message(msg)
+
+    def _on_updates(self, msg) -> None:
+        sender = msg.get_sender_id()
+        if msg.get(KEY_ROUND) != self.round_idx or sender not in self.pending:
+            self.session.recorder.log_event(f"ignored stale message from rank {sender}")
+            return
+        self.pending.discard(sender)
+        self.updates.extend(ClientUpdate(**u) for u in msg.get(KEY_UPDATES))
+        if self.pending:
+            return
+        row = self.server.finish_round(self.round_idx, self.updates, planned=self.planned)
+        self.emit(format_row(row, self.job.method.primary_metric))
+        if self.round_idx + 1 < self.server.num_rounds:
+            self._start_round(self.round_idx + 1)
+        else:
+            self.summary = self.session.complete()
+            self._release_workers()
+
+    def _on_error(self, msg) -> None:
+        self._fail(f"worker rank {msg.get_sender_id()} failed in round {msg.get(KEY_ROUND)}: {msg.get(KEY_ERROR)}")
+
+    def _fail(self, error: str) -> None:
+        if self.error is not None:
+            return
+        self.error = error
+        self.summary = self.session.fail(error)
+        self._release_workers()
+
+    def _release_workers(self) -> None:
+        for worker in self.workers:
+            self.send_message(Message(MSG_S2C_FINISH, self.rank, worker))
+        self.pending = set()
+        self.finish()
+
+    def _watch(self) -> None:
+        timeout = self.job.cfg.comm.worker_timeout_s
+        while self.summary is None:
+            time.sleep(min(1.0, timeout / 4))
+            if self.pending and time.monotonic() - self._last_activity > timeout:
+                error = (f"no answer from worker ranks {sorted(self.pending)} in round {self.round_idx} "
+                         f"for {timeout:.0f}s (comm_args.worker_timeout_s)")
+                self.error = error
+                self.summary = self.session.fail(error)
+                self.on_fatal(error)
+                return
+
+
+class FesClientManager(FedMLCommManager):
+    def __init__(self, args: Any, job: Job, comm, rank: int, size: int, backend: str):
+        super().__init__(args, comm, rank, size, backend)
+        self.job = job
+        self.trainer = FesClientTrainer(job, args)
+        self.failed = False
+
+    def register_message_receive_handlers(self) -> None:
+        self.register_message_receive_handler(CommunicationConstants.MSG_TYPE_CONNECTION_IS_READY, lambda _m: None)
+        self.register_message_receive_handler(MSG_S2C_TASKS, self._on_tasks)
+        self.register_message_receive_handler(MSG_S2C_FINISH, lambda _m: self.finish())
+
+    def _on_tasks(self, msg) -> None:
+        r = msg.get(KEY_ROUND)
+        params = msg.get(Message.MSG_ARG_KEY_MODEL_PARAMS)
+        reply = Message(MSG_C2S_UPDATES, self.rank, 0)
+        try:
+            updates = [self.trainer.run_task(ClientTask.from_dict(t), params) for t in msg.get(KEY_TASKS)]
+        except Exception as e:
+            self.failed = True
+            reply = Message(MSG_C2S_ERROR, self.rank, 0)
+            reply.add_params(KEY_ERROR, one_line(e))
+        else:
+            reply.add_params(KEY_UPDATES, [vars(u) for u in updates])
+        reply.add_params(KEY_ROUND, r)
+        self.send_message(reply)

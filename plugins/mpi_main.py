@@ -1,0 +1,99 @@
+"""Entry point of every mpirun rank: rank 0 serves, ranks 1..N-1 play clients.
+
+    mpirun -np 3 python -m fedml_fes_plugins.mpi_main --cf run_configs/demo_bbc_fedcls.yaml
+
+Any failure ends every rank: a worker's error is reported to the server, which records it
+and releases the others; anything unexpected calls MPI Abort after printing one line.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from fedml_fes.config import load_config
+from fedml_fes.errors import FesError
+
+TAG = "@fes "
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.mpi_main",
+                                description="One rank of a FeS run under mpirun (rank 0 = server).")
+    p.add_argument("--cf", required=True, help="run config YAML")
+    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config key (repeatable)")
+    p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    import yaml
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise FesError(f"--set '{item}' must look like section.key=value")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    prefix = TAG if opts.tagged_output else ""
+
+    def emit(line: str) -> None:
+        print(prefix + line, flush=True)
+
+    def fatal(line: str) -> None:
+        print(f"{prefix}error: {line}", file=sys.stdout, flush=True)
+        comm.Abort(1)
+
+    try:
+        cfg = load_config(opts.cf, parse_overrides(opts.set))
+        if size < 2:
+            raise FesError(f"mpirun needs at least 2 processes (1 server + >= 1 client worker), got -np {size}")
+        logging.basicConfig(level=cfg.tracking_args.log_level)
+        logging.getLogger().setLevel(cfg.tracking_args.log_level)
+        from fedml_fes.runtime.job import build_job, make_run_dir
+        run_dir = str(make_run_dir(cfg, opts.run_dir)) if rank == 0 else None
+        run_dir = Path(comm.bcast(run_dir, root=0))
+        from .fedml_offline import offline_fedml_init
+        args = cfg.flat_args()
+        args.training_type, args.backend = "simulation", "MPI"
+        args = offline_fedml_init(args, run_dir)
+        logging.getLogger().setLevel(cfg.tracking_args.log_level)
+        job = build_job(cfg, role="server" if rank == 0 else "client")
+        from .managers import FesClientManager, FesServerManager
+        if rank == 0:
+            emit(f"run directory: {run_dir}")
+            manager = FesServerManager(args, job, run_dir, comm, rank, size, "MPI", emit, fatal)
+            manager.run()
+            if manager.error:
+                emit(f"error: {manager.error}")
+                return 1
+            emit(f"done: {job.method.primary_metric}={manager.summary.get('final')} (summary.json in {run_dir})")
+            return 0
+        manager = FesClientManager(args, job, comm, rank, size, "MPI")
+        manager.run()
+        return 0
+    except FesError as e:
+        if rank == 0 or size < 2:
+            print(f"{prefix}error: {e}", flush=True)
+        sys.stdout.flush()
+        comm.Abort(1)
+    except Exception as e:  # never leave the other ranks waiting
+        print(f"{prefix}error: rank {rank}: {type(e).__name__}: {e}", flush=True)
+        logging.exception("rank %s failed", rank)
+        comm.Abort(1)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

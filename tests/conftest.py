@@ -1,0 +1,61 @@
+"""Shared fixtures: a tiny randomly initialised BERT saved as an HF folder, small configs."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_AGNEWS = REPO.parent / "shared" / "datasets" / "agnews"
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """2 layers, hidden 32, the MiniLM tokenizer: seconds to build, no download."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from fedml_fes.models import resolve_model_path
+    from fedml_fes.config import OFFLINE_MINILM
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertForMaskedLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def small_config(tmp_path: Path, model_dir: str, **sections) -> dict:
+    """A FedCLS job on BBC News small enough for seconds on 2 cores."""
+    raw = {
+        "common_args": {"output_dir": str(tmp_path / "runs"), "torch_threads": 1, "random_seed": 0},
+        "data_args": {"dataset": "bbc_news", "client_num_in_total": 8, "gold_labels": 32,
+                      "gold_sparsity": 100, "max_test_examples": 60, "max_train_examples": 400},
+        "model_args": {"model": model_dir, "max_seq_length": 32},
+        "train_args": {"method": "fedcls", "comm_round": 3, "client_num_per_round": 3, "batch_size": 4,
+                       "learning_rate": 0.001},
+    }
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return raw
+
+
+def write_config(path: Path, raw: dict) -> Path:
+    import yaml
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.fixture
+def clean_home(tmp_path, monkeypatch) -> Path:
+    """A HOME that must stay empty: runs write only into their run directory."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
