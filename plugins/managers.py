@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .fedml_offline import import_fedml
+
+import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.constants import CommunicationConstants
 from fedml.core.distributed.communication.message import Message
 from fedml.core.distributed.fedml_comm_manager import FedMLCommManager

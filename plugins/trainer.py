@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .fedml_offline import import_fedml
+
+import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core import ClientTrainer
 
 from fedml_fes.runtime.client import LocalTrainer

@@ -76,13 +76,13 @@ def test_partition_rejects_more_clients_than_examples():
 
 
 def test_gold_labels_skewed_vs_uniform():
-    parts = uniform_partition(1000, 50, np.random.default_rng(0))
+    parts = uniform_partition(5000, 50, np.random.default_rng(0))  # 100 each: room for all 64
     skewed = assign_gold_labels(parts, 64, 0, 0.001, np.random.default_rng(1))
     spread = assign_gold_labels(parts, 64, 0, 100.0, np.random.default_rng(1))
     for gold in (skewed, spread):
         assert sum(len(g) for g in gold) == 64
         assert all(set(g) <= set(p) for g, p in zip(gold, parts))
-    assert max(len(g) for g in skewed) >= 48  # nearly all on one client
+    assert max(len(g) for g in skewed) >= 60  # nearly all on one client
     assert sum(len(g) > 0 for g in skewed) <= 5
     assert sum(len(g) > 0 for g in spread) >= 25
 

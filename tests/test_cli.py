@@ -1,0 +1,61 @@
+"""The fedml-fes command as a user runs it."""
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import VENV_BIN, small_config, write_config
+
+CLI = [sys.executable, "-m", "fedml_fes_plugins.cli"]
+
+
+def fes(*args, timeout=300, **kw):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("sub", [[], ["demo"], ["run"], ["mpirun"]])
+def test_help_on_every_subcommand(sub):
+    out = fes(*sub, "--help")
+    assert out.returncode == 0 and "usage: fedml-fes" in out.stdout
+
+
+def test_console_script_installed():
+    assert (VENV_BIN / "fedml-fes").exists()
+
+
+@pytest.mark.parametrize("setup, match", [
+    (lambda p: None, "config file not found"),
+    (lambda p: p.write_text("train_args:\n  comm_rounds: 3\n"), "unknown config key 'comm_rounds'"),
+    (lambda p: p.write_text("model_args:\n  model: /nonexistent/model\n"), "model path not found"),
+])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, setup, match):
+    cf = tmp_path / "c.yaml"
+    setup(cf)
+    out = fes("run", "--cf", str(cf))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedml-fes: error:") and match in lines[0], out.stderr
+
+
+def test_mpirun_rejects_np_below_two(tmp_path, tiny_model_dir):
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
+    out = fes("mpirun", "-np", "1", "--cf", str(cf))
+    assert out.returncode == 1 and "-np must be at least 2" in out.stderr
+    assert not (tmp_path / "runs").exists()  # nothing created for a rejected launch
+
+
+def test_run_prints_rounds_and_run_dir(tmp_path, tiny_model_dir):
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
+    out = fes("run", "--cf", str(cf), "--set", "train_args.comm_round=2")
+    assert out.returncode == 0, out.stderr
+    assert "run directory:" in out.stdout and "round   1: test_acc=" in out.stdout
+    assert '"status": "completed"' in out.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_offline_model(tmp_path):
+    """The README's main job, shortened: real MiniLM, real BBC News, in-process FedML runtime."""
+    out = fes("demo", "--rounds", "2", "--output-dir", str(tmp_path / "runs"), timeout=900)
+    assert out.returncode == 0, out.stderr
+    assert "round   0: test_acc=" in out.stdout and "round   1: test_acc=" in out.stdout
+    assert '"status": "completed"' in out.stdout

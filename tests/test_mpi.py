@@ -1,0 +1,72 @@
+"""FedML's MPI runtime under a real mpirun, against the in-process runtime."""
+import json
+import time
+
+import pytest
+
+from fedml_fes.config import load_config
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import make_run_dir
+
+from .conftest import SHARED_AGNEWS, small_config, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _mpirun(cf, run_dir, np=3, overrides=()):
+    from fedml_fes_plugins.launcher import run_mpirun
+    cfg = load_config(cf)
+    lines = []
+    run_mpirun(cfg, str(cf), np, run_dir, None, list(overrides), echo=lines.append, timeout_s=600)
+    return json.loads((run_dir / "summary.json").read_text()), lines
+
+
+def test_mpirun_matches_in_process_bit_for_bit(tmp_path, tiny_model_dir, clean_home):
+    from fedml_fes_plugins.inprocess import run_in_process
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
+    cfg = load_config(cf)
+    mpi_summary, lines = _mpirun(cf, make_run_dir(cfg, str(tmp_path / "mpi")))
+    local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert mpi_summary["status"] == "completed" and mpi_summary["runtime"] == "fedml_mpi"
+    assert len(mpi_summary["per_round"]) == 3
+    assert mpi_summary["per_round"] == local["per_round"]
+    assert any(line.startswith("round   2: test_acc=") for line in lines)
+    assert list(clean_home.iterdir()) == []
+
+
+def test_client_raising_in_round_2_ends_the_run_quickly(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 5}, fault_args={"raise_in_round": 2})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    run_dir = make_run_dir(load_config(cf), str(tmp_path / "mpi"))
+    start = time.monotonic()
+    with pytest.raises(FesError) as e:
+        _mpirun(cf, run_dir)
+    elapsed = time.monotonic() - start
+    assert "failed in round 2" in str(e.value) and "injected fault" in str(e.value)
+    assert "\n" not in str(e.value)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 2  # rounds 0, 1 kept
+    assert elapsed < 120, elapsed
+
+
+def test_mpirun_shell_launcher_with_hostfile(tmp_path, tiny_model_dir):
+    import subprocess
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1}))
+    out = subprocess.run(["bash", str(repo / "mpi" / "run_fes_mpi.sh"), "2", str(cf)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "round   0: test_acc=" in out.stdout
+
+
+@pytest.mark.skipif(not SHARED_AGNEWS.is_dir(), reason="../shared/datasets/agnews is absent (not a dev checkout)")
+def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir,
+                       data_args={"dataset": "agnews", "data_dir": str(SHARED_AGNEWS), "client_num_in_total": 100,
+                                  "gold_labels": 64, "gold_sparsity": 0.001, "max_train_examples": 0,
+                                  "max_test_examples": 200, "partition_alpha": 1.0},
+                       train_args={"comm_round": 2, "client_num_per_round": 5})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    summary, _ = _mpirun(cf, make_run_dir(load_config(cf), str(tmp_path / "mpi")))
+    assert summary["status"] == "completed" and len(summary["per_round"]) == 2

@@ -1,0 +1,81 @@
+"""In-process runtime driving FedML's trainer/aggregator plugins on a tiny model."""
+import csv
+import json
+
+import pytest
+import torch
+
+from fedml_fes.config import config_from_dict
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import build_job, make_run_dir
+from fedml_fes.runtime.server import FedAvgCore, RoundServer
+from fedml_fes.report.metrics import RunRecorder
+from fedml_fes.runtime.tasks import ClientUpdate
+
+from .conftest import small_config
+
+
+def _run(cfg):
+    from fedml_fes_plugins.inprocess import run_in_process
+    run_dir = make_run_dir(cfg)
+    return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
+
+
+def test_fedcls_in_process_writes_metrics_and_home_stays_clean(tmp_path, tiny_model_dir, clean_home):
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
+    summary, run_dir = _run(cfg)
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 3
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert [int(r["round"]) for r in rows] == [0, 1, 2]
+    assert all(0.0 <= float(r["test_acc"]) <= 1.0 for r in rows)
+    assert int(rows[0]["bytes_up"]) > 0
+    assert json.loads((run_dir / "summary.json").read_text())["per_round"] == summary["per_round"]
+    assert list(clean_home.iterdir()) == []  # fedml.init wrote nothing outside the run dir
+    assert (run_dir / "fedml_home").is_dir()
+
+
+def test_same_seed_same_accuracies(tmp_path, tiny_model_dir):
+    a, _ = _run(config_from_dict(small_config(tmp_path / "a", tiny_model_dir)))
+    b, _ = _run(config_from_dict(small_config(tmp_path / "b", tiny_model_dir)))
+    assert a["per_round"] == b["per_round"]
+
+
+def test_failed_round_keeps_finished_rows(tmp_path, tiny_model_dir):
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, fault_args={"raise_in_round": 1}))
+    with pytest.raises(FesError, match="injected fault in round 1"):
+        _run(cfg)
+    run_dir = next((tmp_path / "runs").iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 1
+    assert "injected fault" in summary["error"]
+
+
+def test_invalid_updates_are_rejected_not_averaged(tmp_path, tiny_model_dir):
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
+    job = build_job(cfg, "both")
+    run_dir = make_run_dir(cfg)
+    server = RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc"))
+    good = server.global_params()
+    bad = {k: v.clone() for k, v in good.items()}
+    first = next(iter(bad))
+    bad[first][...] = float("nan")
+    from collections import OrderedDict
+    before = good[first].clone()
+    row = server.finish_round(0, [ClientUpdate(0, 1, good, 2.0), ClientUpdate(0, 2, OrderedDict(bad), 5.0)])
+    assert row["updates_accepted"] == 1 and row["clients"] == [1]
+    assert torch.equal(server.global_params()[first], before)
+    assert "non-finite" in (run_dir / "events.log").read_text()
+
+
+@pytest.mark.slow
+def test_fedbert_mlm_builds_cache_and_second_run_reuses_it(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedbert_mlm", "comm_round": 2,
+                                                             "batch_size": 8, "learning_rate": 0.005},
+                       mlm_args={"local_steps": 3, "heldout_texts": 50})
+    first, _ = _run(config_from_dict(raw))
+    assert first["status"] == "completed" and first["final"] is not None
+    assert (tmp_path / "runs" / "cache" / "mlm").is_dir()
+    second, _ = _run(config_from_dict(raw))
+    assert second["status"] == "cached" and second["path"] == first["mlm_path"]
+    from fedml_fes.models import build_masked_lm
+    build_masked_lm(first["mlm_path"], 0)  # the cached build loads as a model path
