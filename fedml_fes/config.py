@@ -23,9 +23,10 @@ from .errors import FesError
 
 OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
 
-METHODS = ("fedcls", "fedbert_mlm")
-DATASETS = ("bbc_news", "agnews")
-PARTITIONS = ("uniform", "niid_label")
+METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fedbert_mlm")
+DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "custom", "hf",
+            "fednlp_h5")
+PARTITIONS = ("uniform", "niid_label", "niid_quantity", "fednlp_h5")
 
 
 @dataclass
@@ -42,19 +43,43 @@ class CommonConfig:
 
 @dataclass
 class DataConfig:
-    """Which dataset, how it is split across clients, and which examples carry gold labels."""
+    """Which dataset, how it is split across clients, and which examples carry gold labels.
+
+    The defaults are the BBC News demo; the paper's per-dataset settings live in
+    run_configs/data_*.yaml.
+    """
 
     dataset: str = "bbc_news"
-    data_dir: str = ""  # folder with the official layout (agnews: train.csv/test.csv)
+    # folder with the official layout (agnews/yelp_review_full/yahoo_answers: train.csv,
+    # test.csv; mnli: GLUE train.tsv, dev_matched.tsv; snli: folder, .zip or .tar.gz)
+    data_dir: str = ""
     client_num_in_total: int = 20
-    partition_method: str = "niid_label"  # uniform | niid_label (Dirichlet label skew)
-    partition_alpha: float = 1.0
+    partition_method: str = "niid_label"  # uniform | niid_label | niid_quantity | fednlp_h5
+    partition_alpha: float = 1.0  # niid_label: Dirichlet label skew
+    partition_beta: float = 1.0  # niid_quantity: client sizes ~ Dirichlet(beta)
     gold_labels: int = 64  # n: gold labels in total over all clients
     gold_clients: int = 0  # xi: clients that may own gold labels (0: all clients)
     gold_sparsity: float = 0.001  # gamma: Dirichlet concentration of labels over owners
     test_fraction: float = 0.2  # for datasets without an official test split
     max_train_examples: int = 0  # 0: all; else a seeded stratified subsample
     max_test_examples: int = 0  # 0: all; else a seeded stratified subsample
+    # dataset: custom (your CSV/TSV/JSONL) and hf: which columns hold what
+    train_file: str = ""
+    test_file: str = ""  # empty: a seeded stratified test_fraction split of train_file
+    text_columns: list = field(default_factory=list)  # joined into text_a (hf default: [text])
+    text_b_columns: list = field(default_factory=list)  # sentence pairs: joined into text_b
+    label_column: str = ""  # hf default: label
+    classes: list = field(default_factory=list)  # label order; empty: sorted labels (hf: its names)
+    # dataset: hf (Hugging Face datasets, needs a network or a filled cache)
+    hf_dataset: str = ""
+    hf_config: str = ""
+    hf_train_split: str = "train"
+    hf_test_split: str = "test"  # empty: a seeded stratified test_fraction split
+    # FedNLP h5 files: dataset fednlp_h5 reads the data file, partition_method fednlp_h5 the
+    # partition file's group (e.g. niid_label_clients=100_alpha=1.0)
+    fednlp_data_file: str = ""
+    fednlp_partition_file: str = ""
+    fednlp_partition_name: str = ""
 
 
 @dataclass
@@ -63,6 +88,10 @@ class ModelConfig:
 
     model: str = OFFLINE_MINILM  # roberta-large is the paper's choice
     max_seq_length: int = 128
+    # A fedbert_mlm config whose cached build supplies the MLM head (built first if missing);
+    # for models shipped without one, like the offline MiniLM. Empty: use `model` as is.
+    mlm_from: str = ""
+    tuning: str = "full"  # full | bias (BitFit: biases only, plus a classification head)
 
 
 @dataclass
@@ -88,6 +117,29 @@ class MlmConfig:
     local_steps: int = 10  # optimizer steps per selected client per round
     mask_probability: float = 0.15
     heldout_texts: int = 400  # test texts used for masked-token accuracy
+
+
+@dataclass
+class PromptConfig:
+    """PET-style pattern-verbalizer pair: a built-in one by dataset and id, or your own."""
+
+    pvp: str = ""  # built-in PVP name; empty: the dataset's
+    pattern_id: int = 0
+    pattern: str = ""  # your own, with {text_a}, optional {text_b}, and one {mask}
+    verbalizer: dict = field(default_factory=dict)  # your own: class name -> word
+
+
+@dataclass
+class PseudoConfig:
+    """Pseudo-labeling passes (the inference runtime) and what they keep."""
+
+    label_every: int = 1  # f: a labeling pass every f rounds
+    label_clients: int = 5  # n: clients that label per pass
+    per_pass: int = 100  # static pacing: pseudo labels added per labeling client per pass
+    confidence_threshold: float = 0.0  # keep only predictions at least this confident (0: off)
+    skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
+    soft_labels: bool = False  # train on the predicted distribution instead of the argmax
+    class_balance: str = "none"  # none | gold | predicted: per-class quotas for kept labels
 
 
 @dataclass
@@ -126,6 +178,8 @@ class FesConfig:
     model_args: ModelConfig = field(default_factory=ModelConfig)
     train_args: TrainConfig = field(default_factory=TrainConfig)
     mlm_args: MlmConfig = field(default_factory=MlmConfig)
+    prompt_args: PromptConfig = field(default_factory=PromptConfig)
+    pseudo_args: PseudoConfig = field(default_factory=PseudoConfig)
     comm_args: CommConfig = field(default_factory=CommConfig)
     device_args: DeviceConfig = field(default_factory=DeviceConfig)
     tracking_args: TrackingConfig = field(default_factory=TrackingConfig)
@@ -152,6 +206,14 @@ class FesConfig:
     @property
     def mlm(self) -> MlmConfig:
         return self.mlm_args
+
+    @property
+    def prompt(self) -> PromptConfig:
+        return self.prompt_args
+
+    @property
+    def pseudo(self) -> PseudoConfig:
+        return self.pseudo_args
 
     @property
     def comm(self) -> CommConfig:
@@ -208,6 +270,10 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
             except (TypeError, ValueError):
                 raise FesError(f"config key '{where}' must be a number, got {value!r}") from None
         return float(value)
+    if kind is dict:
+        if not isinstance(value, dict):
+            raise FesError(f"config key '{where}' must be a mapping, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
     if kind is str:
         if value is None:
             return ""
@@ -285,6 +351,22 @@ def validate(cfg: FesConfig) -> None:
            f"data_args.partition_method must be one of {', '.join(PARTITIONS)}, got '{d.partition_method}'")
     _check(d.client_num_in_total >= 1, "data_args.client_num_in_total must be >= 1")
     _check(d.partition_alpha > 0, f"data_args.partition_alpha must be > 0, got {d.partition_alpha}")
+    _check(d.partition_beta > 0, f"data_args.partition_beta must be > 0, got {d.partition_beta}")
+    for key in ("text_columns", "text_b_columns", "classes"):  # a YAML list or "a, b"
+        value = getattr(d, key)
+        value = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else value or []
+        _check(isinstance(value, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in value),
+               f"data_args.{key} must be a list of names, got {value!r}")
+        setattr(d, key, [str(x) for x in value])
+    _check(len(set(d.classes)) == len(d.classes), f"data_args.classes has duplicates: {d.classes}")
+    _check(d.dataset != "custom" or bool(d.train_file and d.text_columns and d.label_column),
+           "dataset custom needs data_args.train_file, text_columns and label_column")
+    _check(d.dataset != "fednlp_h5" or bool(d.fednlp_data_file),
+           "dataset fednlp_h5 needs data_args.fednlp_data_file (a FedNLP *_data.h5)")
+    _check(d.partition_method != "fednlp_h5" or (d.dataset == "fednlp_h5" and bool(d.fednlp_partition_file)),
+           "partition_method fednlp_h5 needs dataset fednlp_h5 and data_args.fednlp_partition_file")
+    _check(d.partition_method != "fednlp_h5" or d.max_train_examples == 0,
+           "data_args.max_train_examples must be 0 with partition_method fednlp_h5 (the file names every example)")
     _check(d.gold_sparsity > 0, f"data_args.gold_sparsity must be > 0, got {d.gold_sparsity}")
     _check(d.gold_labels >= 0, "data_args.gold_labels must be >= 0")
     _check(0 <= d.gold_clients <= d.client_num_in_total,
@@ -305,4 +387,17 @@ def validate(cfg: FesConfig) -> None:
     _check(cfg.mlm.local_steps >= 1, "mlm_args.local_steps must be >= 1")
     _check(not cfg.tracking_args.enable_wandb,
            "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
+    _check(cfg.model.tuning in ("full", "bias"), f"model_args.tuning must be full or bias, got '{cfg.model.tuning}'")
+    p = cfg.pseudo
+    _check(p.label_every >= 1 and p.label_clients >= 1 and p.per_pass >= 1,
+           "pseudo_args.label_every, label_clients and per_pass must be >= 1")
+    _check(0 <= p.confidence_threshold < 1, "pseudo_args.confidence_threshold must be in [0, 1)")
+    _check(p.class_balance in ("none", "gold", "predicted"),
+           f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'")
+    _check(cfg.prompt.pattern_id >= 0, "prompt_args.pattern_id must be >= 0")
+    _check(bool(cfg.prompt.pattern) == bool(cfg.prompt.verbalizer),
+           "prompt_args.pattern and prompt_args.verbalizer go together: set both or neither")
+    if cfg.prompt.pattern:
+        from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
+        split_pattern(cfg.prompt.pattern)
     _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from torch import nn
 from transformers import (AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer,
                           PreTrainedModel, PreTrainedTokenizerBase)
 from transformers.utils import logging as hf_logging
@@ -83,3 +84,12 @@ def build_masked_lm(name: str, seed: int) -> PreTrainedModel:
     """Encoder + MLM head; a missing head (the offline MiniLM) is initialised from `seed`."""
     torch.manual_seed(seed)
     return _load(AutoModelForMaskedLM.from_pretrained, name)
+
+
+def mlm_head(model: PreTrainedModel) -> nn.Module:
+    """The module mapping hidden states to vocabulary logits (BERT: cls, RoBERTa: lm_head)."""
+    for name in ("cls", "lm_head"):
+        head = getattr(model, name, None)
+        if isinstance(head, nn.Module):
+            return head
+    raise FesError(f"{type(model).__name__} has no MLM head named cls or lm_head")

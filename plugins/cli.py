@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("--cf", required=True, help="run config YAML")
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(mpi)
+
+    part = sub.add_parser("partition", help="show a config's partition: per-client counts, CSV, heat map",
+                          description="Build the config's client partition (no training): print per-client "
+                                      "counts and write partition.csv and partition.png.")
+    from .partition_cli import add_arguments
+    add_arguments(part)
     return p
 
 
@@ -83,11 +89,23 @@ def _config(opts: argparse.Namespace) -> FesConfig:
     return load_config(opts.cf, overrides)
 
 
+def _preflight(cfg: FesConfig) -> None:
+    """Checks that need no model loading, done before a run directory is created."""
+    from fedml_fes.models import resolve_model_path
+    from fedml_fes.pretrain.source import mlm_build_config
+    resolve_model_path(cfg.model.model)
+    mlm_build_config(cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     run_dir = None
     try:
         cfg = _config(opts)
+        if opts.command == "partition":
+            from .partition_cli import run_partition
+            return run_partition(cfg, opts)
+        _preflight(cfg)
         from fedml_fes.runtime.job import make_run_dir
         if opts.command == "mpirun":
             from .launcher import mpirun_command, run_mpirun

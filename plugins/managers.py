@@ -40,6 +40,7 @@ MSG_C2S_UPDATES = "fes_c2s_updates"
 MSG_C2S_ERROR = "fes_c2s_error"
 
 KEY_ROUND = "round_idx"
+KEY_PHASE = "phase"
 KEY_TASKS = "tasks"
 KEY_UPDATES = "updates"
 KEY_ERROR = "error"
@@ -69,6 +70,7 @@ class FesServerManager(FedMLCommManager):
         self.server = self.session.server
         self.workers = list(range(1, size))
         self.round_idx = -1
+        self.phase = ""
         self.pending: set[int] = set()
         self.updates: list[ClientUpdate] = []
         self.planned = 0
@@ -100,27 +102,39 @@ class FesServerManager(FedMLCommManager):
         self._guard(lambda _m: self._start_round(0))(None)
 
     def _start_round(self, r: int) -> None:
+        """Labeling phase first when one is due, then the training phase."""
         self.round_idx = r
-        tasks = self.server.plan(r)
+        label_tasks = self.server.plan_labeling(r)
+        if label_tasks:
+            self._dispatch("label", label_tasks)
+        else:
+            self._dispatch("train", self.server.plan(r))
+
+    def _dispatch(self, phase: str, tasks: list[ClientTask]) -> None:
         params = self.server.global_params()
-        self.updates, self.planned = [], len(tasks)
+        self.phase, self.updates, self.planned = phase, [], len(tasks)
         plan = assign_tasks(tasks, self.workers)
         self.pending = set(plan)
         for worker, worker_tasks in plan.items():
             msg = Message(MSG_S2C_TASKS, self.rank, worker)
-            msg.add_params(KEY_ROUND, r)
+            msg.add_params(KEY_ROUND, self.round_idx)
+            msg.add_params(KEY_PHASE, phase)
             msg.add_params(KEY_TASKS, [t.to_dict() for t in worker_tasks])
             msg.add_params(Message.MSG_ARG_KEY_MODEL_PARAMS, params)
             self.send_message(msg)
 
     def _on_updates(self, msg) -> None:
         sender = msg.get_sender_id()
-        if msg.get(KEY_ROUND) != self.round_idx or sender not in self.pending:
+        if (msg.get(KEY_ROUND), msg.get(KEY_PHASE)) != (self.round_idx, self.phase) or sender not in self.pending:
             self.session.recorder.log_event(f"ignored stale message from rank {sender}")
             return
         self.pending.discard(sender)
         self.updates.extend(ClientUpdate(**u) for u in msg.get(KEY_UPDATES))
         if self.pending:
+            return
+        if self.phase == "label":
+            self.server.finish_labeling(self.round_idx, self.updates)
+            self._dispatch("train", self.server.plan(self.round_idx))
             return
         row = self.server.finish_round(self.round_idx, self.updates, planned=self.planned)
         self.emit(format_row(row, self.job.method.primary_metric))
@@ -184,4 +198,5 @@ class FesClientManager(FedMLCommManager):
         else:
             reply.add_params(KEY_UPDATES, [vars(u) for u in updates])
         reply.add_params(KEY_ROUND, r)
+        reply.add_params(KEY_PHASE, msg.get(KEY_PHASE))
         self.send_message(reply)

@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=cfg.tracking_args.log_level)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         from fedml_fes.runtime.job import build_job, make_run_dir
+        if rank == 0:  # the other ranks wait at the broadcast below while it builds
+            from .inprocess import ensure_mlm_build
+            ensure_mlm_build(cfg, emit)
         run_dir = str(make_run_dir(cfg, opts.run_dir)) if rank == 0 else None
         run_dir = Path(comm.bcast(run_dir, root=0))
         from .fedml_offline import offline_fedml_init
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         args.training_type, args.backend = "simulation", "MPI"
         args = offline_fedml_init(args, run_dir)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
-        job = build_job(cfg, role="server" if rank == 0 else "client")
+        job = build_job(cfg, role="server" if rank == 0 else "client", run_dir=run_dir)
         from .managers import FesClientManager, FesServerManager
         if rank == 0:
             emit(f"run directory: {run_dir}")

@@ -31,10 +31,11 @@ def test_console_script_installed():
 def test_bad_input_is_one_line_and_nonzero(tmp_path, setup, match):
     cf = tmp_path / "c.yaml"
     setup(cf)
-    out = fes("run", "--cf", str(cf))
+    out = fes("run", "--cf", str(cf), cwd=tmp_path)
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedml-fes: error:") and match in lines[0], out.stderr
+    assert not (tmp_path / "runs").exists()  # rejected before anything was created
 
 
 def test_mpirun_rejects_np_below_two(tmp_path, tiny_model_dir):

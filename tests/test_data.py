@@ -101,8 +101,8 @@ def test_federated_data_has_no_label_leak():
     assert sum(c.num_gold for c in data.clients) == 64
     for client in data.clients:
         assert isinstance(client, ClientData) and isinstance(client.unlabeled, UnlabeledPool)
-        # the pool carries text and ids, nothing that holds a label
-        assert set(vars(client.unlabeled)) == {"texts", "example_ids"}
+        # the pool carries text and ids (and second texts for pairs), nothing that holds a label
+        assert set(vars(client.unlabeled)) == {"texts", "example_ids", "texts_b"}
     assert not any(isinstance(v, type(oracle)) for c in data.clients for v in vars(c).values())
     c = max(data.clients, key=lambda c: len(c.unlabeled))
     assert 0 <= oracle.accuracy(list(c.unlabeled.example_ids), [0] * len(c.unlabeled)) <= 1

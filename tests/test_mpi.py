@@ -70,3 +70,21 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
     cf = write_config(tmp_path / "c.yaml", raw)
     summary, _ = _mpirun(cf, make_run_dir(load_config(cf), str(tmp_path / "mpi")))
     assert summary["status"] == "completed" and len(summary["per_round"]) == 2
+
+
+def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
+    """Labeling + training phases under mpirun equal the in-process run, pseudo labels too."""
+    from fedml_fes_plugins.inprocess import run_in_process
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+                       pseudo_args={"label_clients": 3, "per_pass": 10})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    cfg = load_config(cf)
+    mpi_summary, _ = _mpirun(cf, make_run_dir(cfg, str(tmp_path / "mpi")))
+    local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert mpi_summary["per_round"] == local["per_round"]
+    for name in ("mpi", "local"):
+        assert sorted(p.parent.name for p in (tmp_path / name / "clients").glob("*/pseudo_labels.json"))
+    mpi_labels = {p.parent.name: p.read_text() for p in (tmp_path / "mpi" / "clients").glob("*/pseudo_labels.json")}
+    local_labels = {p.parent.name: p.read_text() for p in (tmp_path / "local" / "clients").glob("*/pseudo_labels.json")}
+    assert mpi_labels == local_labels

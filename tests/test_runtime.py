@@ -52,8 +52,8 @@ def test_failed_round_keeps_finished_rows(tmp_path, tiny_model_dir):
 
 def test_invalid_updates_are_rejected_not_averaged(tmp_path, tiny_model_dir):
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
-    job = build_job(cfg, "both")
     run_dir = make_run_dir(cfg)
+    job = build_job(cfg, "both", run_dir)
     server = RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc"))
     good = server.global_params()
     bad = {k: v.clone() for k, v in good.items()}

@@ -3,6 +3,8 @@
 A client sees `ClientData`: its few gold (text, label) pairs and an `UnlabeledPool` that
 holds texts and example ids only. The labels of unlabeled examples live in the
 `LabelOracle`, which only the evaluator holds (to score pseudo labels), never a client.
+Pair tasks (NLI) add the second segments, `gold_texts_b` and `UnlabeledPool.texts_b`; both
+are None for single-text tasks, so code written for single texts is unaffected.
 """
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from ..config import FesConfig
-from ..errors import FesError
-from .partition import assign_gold_labels, dirichlet_label_partition, uniform_partition
-from .readers import LabeledTexts, read_agnews, read_bbc_news, stratified_split, stratified_subsample
+from .fednlp_h5 import partition_name
+from .imported import imported_partition
+from .partition import assign_gold_labels, partition_clients, split_evenly
+from .readers import LabeledTexts
+from .sources import Splits, load_source
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class UnlabeledPool:
 
     texts: tuple[str, ...]
     example_ids: tuple[int, ...]
+    texts_b: tuple[str, ...] | None = None  # second segments of pairs; None for single texts
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -34,14 +39,21 @@ class ClientData:
     gold_texts: tuple[str, ...]
     gold_labels: tuple[int, ...]
     unlabeled: UnlabeledPool
+    gold_texts_b: tuple[str, ...] | None = None  # second segments of gold pairs; None for single texts
+    gold_example_ids: tuple[int, ...] = ()  # global ids of the gold examples (the client's own)
 
     @property
     def num_gold(self) -> int:
         return len(self.gold_texts)
 
+    @property
+    def is_pair(self) -> bool:
+        return self.gold_texts_b is not None or self.unlabeled.texts_b is not None
+
     def all_texts(self) -> tuple[str, ...]:
         """Everything the client holds as text (what self-supervised MLM may train on)."""
-        return self.gold_texts + self.unlabeled.texts
+        texts = self.gold_texts + self.unlabeled.texts
+        return texts + (self.gold_texts_b or ()) + (self.unlabeled.texts_b or ())
 
 
 class LabelOracle:
@@ -49,6 +61,9 @@ class LabelOracle:
 
     def __init__(self, labels_by_example_id: dict[int, int]):
         self._labels = dict(labels_by_example_id)
+
+    def labels_of(self, example_ids: list[int]) -> list[int]:
+        return [self._labels[e] for e in example_ids]
 
     def accuracy(self, example_ids: list[int], predicted: list[int]) -> float:
         if not example_ids:
@@ -63,6 +78,11 @@ class FederatedData:
     classes: tuple[str, ...]
     clients: tuple[ClientData, ...]
     test: LabeledTexts
+    # FedNLP's name for the partition (e.g. niid_label_clients=100_alpha=1.0): reports, export
+    partition: str = ""
+    # Per client, positions in `test` of its local test set (FedNLP-style per-client scores)
+    client_test: tuple[tuple[int, ...], ...] = ()
+    notes: tuple[str, ...] = ()  # how the partition came about, when not obvious
 
     @property
     def num_clients(self) -> int:
@@ -72,35 +92,42 @@ class FederatedData:
         return [c.client_id for c in self.clients if c.num_gold > 0]
 
 
+# Per-client test sets draw from their own stream, so adding them changed no partition.
+_CLIENT_TEST_STREAM = 0x7E57
+
+
 def load_splits(cfg: FesConfig) -> tuple[LabeledTexts, LabeledTexts]:
-    """(train, test) for the configured dataset; BBC News gets a seeded stratified split."""
-    d = cfg.data
-    if d.dataset == "agnews":
-        if not d.data_dir:
-            raise FesError("data_args.data_dir must point at the AG News folder (train.csv, test.csv)")
-        train, test = read_agnews(d.data_dir, "train"), read_agnews(d.data_dir, "test")
-    elif d.dataset == "bbc_news":
-        full = read_bbc_news()
-        # the split is a property of the dataset, not of the run: fixed seed 0
-        rest, picked = stratified_split(full, d.test_fraction, seed=0)
-        train, test = full.subset(rest), full.subset(picked)
-    else:  # validated in config; kept for readers added later
-        raise FesError(f"unknown dataset '{d.dataset}'")
-    seed = cfg.common.random_seed
-    return (stratified_subsample(train, d.max_train_examples, seed),
-            stratified_subsample(test, d.max_test_examples, seed))
+    """(train, test) for the configured dataset (see `sources.py` for how splits are made)."""
+    splits = load_source(cfg)
+    return splits.train, splits.test
 
 
-def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
+def federate(cfg: FesConfig, splits: Splits) -> tuple[FederatedData, LabelOracle]:
     """Partition the training split over clients and mark the gold examples, from the seed."""
-    train, test = load_splits(cfg)
+    train, test = splits.train, splits.test
     d = cfg.data
-    rng = np.random.default_rng(cfg.common.random_seed)
-    if d.partition_method == "uniform":
-        parts = uniform_partition(len(train), d.client_num_in_total, rng)
+    seed = cfg.common.random_seed
+    rng = np.random.default_rng(seed)
+    notes: list[str] = []
+    gold = None
+    if d.partition_method == "fednlp_h5":
+        imported = imported_partition(cfg, splits)
+        parts, client_test, gold, name = imported.parts, imported.client_test, imported.gold, imported.name
+        notes.append(f"clients read from {d.fednlp_partition_file} ({name})"
+                     + ("; gold labels as stored there" if gold is not None else ""))
     else:
-        parts = dirichlet_label_partition(train.labels, d.client_num_in_total, d.partition_alpha, rng)
-    gold = assign_gold_labels(parts, d.gold_labels, d.gold_clients, d.gold_sparsity, rng)
+        parts = partition_clients(d.partition_method, train.labels, d.client_num_in_total, d.partition_alpha,
+                                  d.partition_beta, rng)
+        client_test, name = None, partition_name(d.partition_method, d.client_num_in_total, d.partition_alpha,
+                                                 d.partition_beta)
+    if gold is None:
+        gold = assign_gold_labels(parts, d.gold_labels, d.gold_clients, d.gold_sparsity, rng)
+    if client_test is None:
+        if d.partition_method == "fednlp_h5":
+            notes.append("its per-client test indices are not all in the test split: per-client test sets "
+                         "are a seeded even split instead")
+        client_test = split_evenly(len(test), len(parts), np.random.default_rng([seed, _CLIENT_TEST_STREAM]))
+    pick_b = (lambda ix: tuple(train.texts_b[i] for i in ix)) if train.texts_b is not None else (lambda ix: None)
     clients = []
     for cid, (idx, gidx) in enumerate(zip(parts, gold)):
         unl = np.setdiff1d(idx, gidx)
@@ -108,10 +135,19 @@ def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
             client_id=cid,
             gold_texts=tuple(train.texts[i] for i in gidx),
             gold_labels=tuple(int(train.labels[i]) for i in gidx),
-            unlabeled=UnlabeledPool(tuple(train.texts[i] for i in unl), tuple(int(i) for i in unl)),
+            unlabeled=UnlabeledPool(tuple(train.texts[i] for i in unl), tuple(int(i) for i in unl), pick_b(unl)),
+            gold_texts_b=pick_b(gidx),
+            gold_example_ids=tuple(int(i) for i in gidx),
         ))
-    oracle = LabelOracle({int(i): int(train.labels[i]) for i in range(len(train))})
-    return FederatedData(d.dataset, train.classes, tuple(clients), test), oracle
+    oracle = LabelOracle(dict(enumerate(train.labels.tolist())))
+    data = FederatedData(d.dataset, train.classes, tuple(clients), test, name,
+                         tuple(tuple(int(i) for i in t) for t in client_test), tuple(notes))
+    return data, oracle
+
+
+def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
+    """Read the configured dataset, partition it and mark the gold examples, from the seed."""
+    return federate(cfg, load_source(cfg))
 
 
 def default_agnews_dir() -> Path:

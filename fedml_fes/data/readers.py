@@ -17,22 +17,41 @@ from ..errors import FesError
 
 @dataclass(frozen=True)
 class LabeledTexts:
+    """Texts with labels 0..C-1; pair tasks (NLI) also carry `texts_b`, the second segment.
+
+    `texts_b` is None for single-text tasks, so every caller written before pairs existed
+    keeps working and reads `texts` (text_a) only.
+    """
+
     texts: tuple[str, ...]
     labels: np.ndarray  # int64, values in [0, len(classes))
     classes: tuple[str, ...]
+    texts_b: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.texts) != len(self.labels):
             raise FesError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+        if self.texts_b is not None and len(self.texts_b) != len(self.texts):
+            raise FesError(f"{len(self.texts)} texts but {len(self.texts_b)} second texts (texts_b)")
 
     def __len__(self) -> int:
         return len(self.texts)
 
+    @property
+    def is_pair(self) -> bool:
+        return self.texts_b is not None
+
     def subset(self, idx: np.ndarray) -> "LabeledTexts":
-        return LabeledTexts(tuple(self.texts[i] for i in idx), self.labels[idx], self.classes)
+        texts_b = None if self.texts_b is None else tuple(self.texts_b[i] for i in idx)
+        return LabeledTexts(tuple(self.texts[i] for i in idx), self.labels[idx], self.classes, texts_b)
 
 
 AGNEWS_CLASSES = ("World", "Sports", "Business", "Sci/Tech")
+# Yelp Review Full ships no classes.txt: its classes are the star ratings 1..5.
+YELP_FULL_CLASSES = ("1 star", "2 stars", "3 stars", "4 stars", "5 stars")
+YAHOO_CLASSES = ("Society & Culture", "Science & Mathematics", "Health", "Education & Reference",
+                 "Computers & Internet", "Sports", "Business & Finance", "Entertainment & Music",
+                 "Family & Relationships", "Politics & Government")
 
 
 def _unescape_zhang(field: str) -> str:
@@ -46,25 +65,55 @@ def read_zhang_csv(path: Path, num_classes: int, text_columns: int) -> tuple[lis
         raise FesError(f"data file not found: {path}")
     texts: list[str] = []
     labels: list[int] = []
-    with path.open(newline="", encoding="utf-8") as f:
-        for row_no, row in enumerate(csv.reader(f), start=1):
-            if len(row) != 1 + text_columns:
-                raise FesError(f"{path} row {row_no}: expected {1 + text_columns} columns "
-                               f"(class index, {text_columns} text fields), got {len(row)}")
-            try:
-                label = int(row[0])
-            except ValueError:
-                raise FesError(f"{path} row {row_no}: class index {row[0]!r} is not an integer") from None
-            if not 1 <= label <= num_classes:
-                raise FesError(f"{path} row {row_no}: class index {label} outside 1..{num_classes}")
-            text = " ".join(_unescape_zhang(x) for x in row[1:] if x.strip())
-            if not text:
-                raise FesError(f"{path} row {row_no}: empty text")
-            texts.append(text)
-            labels.append(label - 1)
+    row_no = 0
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            for row_no, row in enumerate(csv.reader(f), start=1):
+                if len(row) != 1 + text_columns:
+                    raise FesError(f"{path} row {row_no}: expected {1 + text_columns} columns "
+                                   f"(class index, {text_columns} text fields), got {len(row)}")
+                try:
+                    label = int(row[0])
+                except ValueError:
+                    raise FesError(f"{path} row {row_no}: class index {row[0]!r} is not an integer") from None
+                if not 1 <= label <= num_classes:
+                    raise FesError(f"{path} row {row_no}: class index {label} outside 1..{num_classes}")
+                text = " ".join(_unescape_zhang(x) for x in row[1:] if x.strip())
+                if not text:
+                    raise FesError(f"{path} row {row_no}: empty text")
+                texts.append(text)
+                labels.append(label - 1)
+    except UnicodeDecodeError as e:
+        raise FesError(f"{path} row {row_no + 1}: not UTF-8 text ({e.reason})") from None
+    except csv.Error as e:
+        raise FesError(f"{path} row {row_no + 1}: malformed CSV ({e})") from None
     if not texts:
         raise FesError(f"{path} has no rows")
     return texts, np.asarray(labels, dtype=np.int64)
+
+
+def read_class_names(path: Path, expected: int, default: tuple[str, ...]) -> tuple[str, ...]:
+    """classes.txt (one name per line) when the download has one, else the known names."""
+    if not path.is_file():
+        return default
+    try:
+        names = tuple(x.strip() for x in path.read_text(encoding="utf-8").splitlines() if x.strip())
+    except UnicodeDecodeError as e:
+        raise FesError(f"{path}: not UTF-8 text ({e.reason})") from None
+    if len(names) != expected:
+        raise FesError(f"{path}: expected {expected} class names, got {len(names)}")
+    return names
+
+
+def read_zhang_dataset(data_dir: str | Path, split: str, title: str, classes: tuple[str, ...],
+                       text_columns: int) -> LabeledTexts:
+    """One split of a Zhang et al. download: `<split>.csv` plus an optional `classes.txt`."""
+    d = Path(data_dir)
+    if not d.is_dir():
+        raise FesError(f"{title} folder not found: {d} (expected train.csv, test.csv)")
+    names = read_class_names(d / "classes.txt", len(classes), classes)
+    texts, labels = read_zhang_csv(d / f"{split}.csv", num_classes=len(classes), text_columns=text_columns)
+    return LabeledTexts(tuple(texts), labels, names)
 
 
 def read_agnews(data_dir: str | Path, split: str) -> LabeledTexts:
@@ -72,15 +121,20 @@ def read_agnews(data_dir: str | Path, split: str) -> LabeledTexts:
     d = Path(data_dir)
     if not d.is_dir():
         raise FesError(f"AG News folder not found: {d} (expected train.csv, test.csv, classes.txt)")
-    classes = AGNEWS_CLASSES
-    cls_file = d / "classes.txt"
-    if cls_file.is_file():
-        names = tuple(x.strip() for x in cls_file.read_text().splitlines() if x.strip())
-        if len(names) != 4:
-            raise FesError(f"{cls_file}: expected 4 class names, got {len(names)}")
-        classes = names
-    texts, labels = read_zhang_csv(d / f"{split}.csv", num_classes=4, text_columns=2)
-    return LabeledTexts(tuple(texts), labels, classes)
+    return read_zhang_dataset(d, split, "AG News", AGNEWS_CLASSES, text_columns=2)
+
+
+def read_yelp_full(data_dir: str | Path, split: str) -> LabeledTexts:
+    """Yelp Review Full (`yelp_review_full_csv/`): "class","text" with classes 1..5 (stars)."""
+    return read_zhang_dataset(data_dir, split, "Yelp Review Full", YELP_FULL_CLASSES, text_columns=1)
+
+
+def read_yahoo_answers(data_dir: str | Path, split: str) -> LabeledTexts:
+    """Yahoo Answers (`yahoo_answers_csv/`): class, question title, question content, best answer.
+
+    The three text fields are joined (empty ones skipped: many questions have no content).
+    """
+    return read_zhang_dataset(data_dir, split, "Yahoo Answers", YAHOO_CLASSES, text_columns=3)
 
 
 def read_bbc_news() -> LabeledTexts:

@@ -21,14 +21,21 @@ from ..config import FesConfig
 INFO_FILE = "fes_mlm.json"
 
 
+def _changed(section: Any) -> dict[str, Any]:
+    """The fields that differ from their defaults: a key that survives new config keys."""
+    default = type(section)()
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if getattr(section, f.name) != getattr(default, f.name)}
+
+
 def mlm_cache_key(cfg: FesConfig) -> str:
     ident = {
         "model": cfg.model.model,
         "max_seq_length": cfg.model.max_seq_length,
         "seed": cfg.common.random_seed,
-        "data": dataclasses.asdict(cfg.data),
-        "train": dataclasses.asdict(cfg.train),
-        "mlm": dataclasses.asdict(cfg.mlm),
+        "data": _changed(cfg.data),
+        "train": _changed(cfg.train),
+        "mlm": _changed(cfg.mlm),
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 

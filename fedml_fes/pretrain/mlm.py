@@ -15,6 +15,7 @@ from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..errors import FesError
+from ..models import mlm_head
 from ..prompt.classifier import encode
 
 
@@ -24,15 +25,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 def sentence_chunks(texts: Sequence[str], min_words: int = 4) -> list[str]:
     """Split documents into sentences, so long articles are not cut to their first tokens."""
     return [s for t in texts for s in _SENTENCE_END.split(t) if len(s.split()) >= min_words]
-
-
-def mlm_head(model: PreTrainedModel) -> nn.Module:
-    """The module mapping hidden states to vocabulary logits (BERT: cls, RoBERTa: lm_head)."""
-    for name in ("cls", "lm_head"):
-        head = getattr(model, name, None)
-        if isinstance(head, nn.Module):
-            return head
-    raise FesError(f"{type(model).__name__} has no MLM head named cls or lm_head")
 
 
 def mask_tokens(input_ids: torch.Tensor, special: torch.Tensor, tokenizer: PreTrainedTokenizerBase,

@@ -1,52 +1,109 @@
-"""FedCLS's local step and evaluation: a sequence-classification head on gold labels."""
+"""Local training and prediction for both model kinds: a classification head or a prompt MLM.
+
+An adapter turns texts into a batch and a batch into class logits; everything else (local
+epochs, hard or soft targets, batched prediction) is shared, so FedCLS, Pseudo-only,
+Prompt-only and FedFSL differ only in their adapter and data, not in their loops.
+"""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from .model import PromptEncoder
 
 
-def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int) -> dict[str, torch.Tensor]:
-    """Tokenize one batch, padded to its longest member (not to max_len)."""
-    return tokenizer(list(texts), truncation=True, max_length=max_len, padding="longest",
-                     return_tensors="pt")
+def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int,
+           texts_b: Sequence[str | None] | None = None) -> dict[str, torch.Tensor]:
+    """Tokenize one batch (pairs when texts_b is given), padded to its longest member."""
+    if texts_b is not None and any(texts_b):
+        return tokenizer(list(texts), [b or "" for b in texts_b], truncation=True, max_length=max_len,
+                         padding="longest", return_tensors="pt")
+    return tokenizer(list(texts), truncation=True, max_length=max_len, padding="longest", return_tensors="pt")
 
 
-def train_classifier(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                     labels: Sequence[int], *, epochs: int, batch_size: int, lr: float,
-                     weight_decay: float, max_len: int, generator: torch.Generator,
-                     device: torch.device) -> dict[str, float]:
-    """Local epochs of cross-entropy on (text, label); fresh AdamW per call, as in FedAvg."""
+class Adapter(Protocol):
+    def batch(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None) -> dict[str, torch.Tensor]: ...
+
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+class HeadAdapter:
+    """AutoModelForSequenceClassification: [CLS] text [SEP] -> head logits."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_len: int):
+        self.tok, self.max_len = tokenizer, max_len
+
+    def batch(self, texts_a, texts_b):
+        return dict(encode(self.tok, texts_a, self.max_len, texts_b))
+
+    def logits(self, model, batch):
+        return model(**batch).logits
+
+
+class PromptAdapter:
+    """PromptMLM: pattern with one mask -> verbalizer logits at the mask."""
+
+    def __init__(self, encoder: PromptEncoder):
+        self.encoder = encoder
+
+    def batch(self, texts_a, texts_b):
+        return self.encoder.batch(texts_a, texts_b)
+
+    def logits(self, model, batch):
+        return model(**batch)
+
+
+def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
+                   targets: np.ndarray, *, epochs: int, batch_size: int, lr: float, weight_decay: float,
+                   generator: torch.Generator, device: torch.device) -> dict[str, float]:
+    """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard).
+
+    A fresh AdamW per call, as clients in FedAvg do not keep optimizer state across rounds.
+    """
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    y_all = torch.as_tensor(list(labels), dtype=torch.long)
+    y = torch.as_tensor(targets, dtype=torch.float32)
     losses: list[float] = []
     for _ in range(epochs):
-        order = torch.randperm(len(texts), generator=generator).tolist()
+        order = torch.randperm(len(texts_a), generator=generator).tolist()
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            batch = encode(tokenizer, [texts[i] for i in idx], max_len).to(device)
-            out = model(**batch, labels=y_all[idx].to(device))
+            b = [texts_b[i] for i in idx] if texts_b is not None else None
+            batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
+            logp = torch.log_softmax(adapter.logits(model, batch), dim=-1)
+            loss = -(y[idx].to(device) * logp).sum(-1).mean()
             opt.zero_grad(set_to_none=True)
-            out.loss.backward()
+            loss.backward()
             opt.step()
-            losses.append(float(out.loss.detach()))
+            losses.append(float(loss.detach()))
     return {"train_loss": float(np.mean(losses)) if losses else float("nan"),
-            "train_examples": float(len(texts) * epochs)}
+            "train_examples": float(len(texts_a) * epochs)}
 
 
 @torch.no_grad()
-def predict_classifier(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                       *, batch_size: int, max_len: int, device: torch.device) -> np.ndarray:
-    """Argmax class per text, batched; texts sorted by length so padding stays small."""
+def predict_proba(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
+                  *, batch_size: int, device: torch.device) -> np.ndarray:
+    """Class probabilities (N x C); texts sorted by length so padding stays small."""
     model.eval()
-    order = np.argsort([len(t) for t in texts], kind="stable")
-    preds = np.empty(len(texts), dtype=np.int64)
+    order = np.argsort([len(t) for t in texts_a], kind="stable")
+    out: np.ndarray | None = None
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        batch = encode(tokenizer, [texts[i] for i in idx], max_len).to(device)
-        preds[idx] = model(**batch).logits.argmax(-1).cpu().numpy()
-    return preds
+        b = [texts_b[i] for i in idx] if texts_b is not None else None
+        batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
+        probs = torch.softmax(adapter.logits(model, batch).float(), dim=-1).cpu().numpy()
+        if out is None:
+            out = np.empty((len(texts_a), probs.shape[1]), dtype=np.float32)
+        out[idx] = probs
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:
+    out = np.zeros((len(labels), num_classes), dtype=np.float32)
+    out[np.arange(len(labels)), np.asarray(labels, dtype=np.int64)] = 1.0
+    return out

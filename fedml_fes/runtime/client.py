@@ -7,6 +7,7 @@ from collections import OrderedDict
 import torch
 
 from ..data.federated import ClientData
+from ..pseudo.store import PseudoLabels
 from ..tuning.params import load_trainable, trainable_state
 from .job import Job
 from .tasks import ClientTask, ClientUpdate
@@ -37,6 +38,20 @@ class LocalTrainer:
         torch.manual_seed(task.seed)  # dropout
         gen = torch.Generator().manual_seed(task.seed)  # batch order and masks
         start = time.perf_counter()
-        weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device)
+        if task.kind == "label":
+            return self._label(task, client, start)
+        pseudo = job.store.load_pseudo(client.client_id) if job.method.uses_pseudo else None
+        weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device, pseudo)
         metrics["compute_s"] = time.perf_counter() - start
         return ClientUpdate(task.round_idx, task.client_id, self.get_params(), weight, metrics)
+
+    def _label(self, task: ClientTask, client: ClientData, start: float) -> ClientUpdate:
+        """Inference runtime: relabel the pool with the global model, keep the confident part."""
+        job = self.job
+        previous: PseudoLabels = job.store.load_pseudo(client.client_id)
+        labels = job.method.label(job.model, client, job.cfg, job.device, previous)
+        job.store.save_pseudo(client.client_id, labels)
+        metrics = {"pseudo_count": float(len(labels)), "inferred": float(len(client.unlabeled)),
+                   "compute_s": time.perf_counter() - start}
+        report = {"example_ids": labels.example_ids, "labels": labels.labels}
+        return ClientUpdate(task.round_idx, task.client_id, OrderedDict(), 0.0, metrics, report)

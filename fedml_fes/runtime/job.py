@@ -18,6 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..config import FesConfig
 from ..data.federated import FederatedData, LabelOracle, build_federated_data
 from ..models import load_tokenizer
+from ..pseudo.store import ClientStore
 from .methods import Method, get_method
 
 
@@ -30,6 +31,7 @@ class Job:
     model: PreTrainedModel
     device: torch.device
     oracle: LabelOracle | None  # evaluator side only; None in client processes
+    store: ClientStore  # per-client state (pseudo labels), one folder per client id
 
 
 def select_device(cfg: FesConfig) -> torch.device:
@@ -44,15 +46,16 @@ def configure_torch(cfg: FesConfig) -> None:
         torch.set_num_threads(cfg.common.torch_threads)
 
 
-def build_job(cfg: FesConfig, role: str) -> Job:
+def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
     """role: 'server' keeps the label oracle; 'client' drops it; 'both' (in-process) keeps it."""
     configure_torch(cfg)
     data, oracle = build_federated_data(cfg)
     method = get_method(cfg.train.method)
     tokenizer = load_tokenizer(cfg.model.model)
     device = select_device(cfg)
-    model = method.build_model(cfg, data.classes).to(device)
-    return Job(cfg, data, method, tokenizer, model, device, oracle if role != "client" else None)
+    model = method.build_model(cfg, data.classes, tokenizer).to(device)
+    return Job(cfg, data, method, tokenizer, model, device, oracle if role != "client" else None,
+               ClientStore(Path(run_dir) / "clients"))
 
 
 def default_run_name(cfg: FesConfig) -> str:

@@ -1,14 +1,18 @@
-"""Federated methods: what a client trains locally, on which clients, and how it is scored.
+"""Federated methods: what a client trains or labels locally, and how the result is scored.
 
-A method is a small object the round logic calls; adding one (FedFSL, FeS, ...) does not
-touch the transports. Registered by the name used in `train_args.method`.
+One few-shot method covers the baselines and ablations of the paper's Table 1 through three
+switches (model kind, pseudo labeling, tuning mode); `fedbert_mlm` builds an MLM head.
+Adding a method does not touch the transports. Registered by `train_args.method`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from torch import nn
+from transformers import PreTrainedTokenizerBase
 
 from ..config import FesConfig
 from ..data.federated import ClientData, FederatedData
@@ -17,60 +21,128 @@ from ..errors import FesError
 from ..models import build_classifier, build_masked_lm
 from ..pretrain.cache import load_cached_info, save_mlm
 from ..pretrain.mlm import masked_token_accuracy, sentence_chunks, train_mlm
-from ..prompt.classifier import predict_classifier, train_classifier
+from ..pretrain.source import resolve_mlm_path
+from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
+from ..prompt.model import PromptEncoder, PromptMLM
+from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
+from ..pseudo.labeler import select_pseudo
+from ..pseudo.store import PseudoLabels
+from ..tuning.plan import apply_tuning
 
 
 class Method(Protocol):
     name: str
-    task_kind: str
     primary_metric: str
+    uses_pseudo: bool
+    train_kind: str
 
-    def build_model(self, cfg: FesConfig, classes: tuple[str, ...]) -> PreTrainedModel: ...
+    def build_model(self, cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase) -> nn.Module: ...
 
     def eligible_clients(self, data: FederatedData) -> list[int]: ...
 
-    def local_train(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, client: ClientData,
-                    cfg: FesConfig, generator: torch.Generator,
-                    device: torch.device) -> tuple[float, dict[str, float]]: ...
+    def local_train(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, client: ClientData, cfg: FesConfig,
+                    generator: torch.Generator, device: torch.device,
+                    pseudo: PseudoLabels | None) -> tuple[float, dict[str, float]]: ...
 
-    def evaluate(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, test: LabeledTexts,
-                 cfg: FesConfig, device: torch.device) -> dict[str, float]: ...
+    def label(self, model: nn.Module, client: ClientData, cfg: FesConfig, device: torch.device,
+              previous: PseudoLabels) -> PseudoLabels: ...
 
-    def cached_result(self, cfg: FesConfig) -> dict | None:
-        """A finished earlier run of the same build, if the method caches one."""
+    def evaluate(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, test: LabeledTexts, cfg: FesConfig,
+                 device: torch.device) -> dict[str, float]: ...
 
-    def save_result(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig,
-                    summary: dict) -> dict:
-        """Keep what later runs reuse; returns fields to add to the summary."""
+    def cached_result(self, cfg: FesConfig) -> dict | None: ...
+
+    def save_result(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig, summary: dict) -> dict: ...
 
 
-class FedCls:
-    """FedCLS baseline: encoder + classification head, FedAvg on gold labels only."""
+def _texts_b(obj) -> tuple | None:
+    """Second text of pair datasets (NLI), when the data carries one."""
+    tb = getattr(obj, "texts_b", None)
+    return tb if tb is not None and any(tb) else None
 
-    name = "fedcls"
-    task_kind = "classify"
-    primary_metric = "test_acc"
 
-    def build_model(self, cfg: FesConfig, classes: tuple[str, ...]) -> PreTrainedModel:
-        return build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
+def pvp_for(cfg: FesConfig) -> tuple[str, dict[str, str]]:
+    """(pattern, verbalizer) from the YAML's own pair or the registry."""
+    p = cfg.prompt
+    if p.pattern:
+        return p.pattern, dict(p.verbalizer)
+    pvp: PVP = get_pvp(p.pvp or cfg.data.dataset)
+    return pvp.pattern(p.pattern_id), pvp.verbalizer(p.pattern_id)
 
-    def eligible_clients(self, data: FederatedData) -> list[int]:
+
+@dataclass
+class FewShot:
+    """Head or prompt model, with or without pseudo labels, full or bias-only tuning."""
+
+    name: str
+    prompt: bool
+    uses_pseudo: bool
+    tuning: str | None = None  # None: model_args.tuning decides
+    primary_metric: str = "test_acc"
+    train_kind: str = "train"
+
+    def build_model(self, cfg, classes, tokenizer):
+        max_len = cfg.model.max_seq_length
+        if self.prompt:
+            pattern, verbalizer = pvp_for(cfg)
+            ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
+            self.adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, max_len))
+            model: nn.Module = PromptMLM(build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed), ids)
+        else:
+            self.adapter = HeadAdapter(tokenizer, max_len)
+            model = build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
+        self.num_classes = len(classes)
+        apply_tuning(model, self.tuning or cfg.model.tuning)
+        return model
+
+    def eligible_clients(self, data):
         ids = data.gold_clients()
         if not ids:
-            raise FesError("fedcls trains on gold labels, but no client holds one (data_args.gold_labels=0)")
+            raise FesError(f"{self.name} starts from gold labels, but no client holds one (data_args.gold_labels=0)")
         return ids
 
-    def local_train(self, model, tokenizer, client, cfg, generator, device):
+    def local_train(self, model, tokenizer, client, cfg, generator, device, pseudo):
+        texts_a = list(client.gold_texts)
+        gold_b = getattr(client, "gold_texts_b", None)
+        pool_b = _texts_b(client.unlabeled)
+        texts_b = list(gold_b) if gold_b is not None else [None] * len(texts_a)
+        targets = [one_hot(client.gold_labels, self.num_classes)]
+        if pseudo is not None and len(pseudo):
+            where = {e: i for i, e in enumerate(client.unlabeled.example_ids)}
+            rows = [where[e] for e in pseudo.example_ids]
+            texts_a += [client.unlabeled.texts[i] for i in rows]
+            texts_b += [pool_b[i] if pool_b else None for i in rows]
+            soft = cfg.pseudo.soft_labels and pseudo.probs
+            targets.append(np.asarray(pseudo.probs, dtype=np.float32) if soft
+                           else one_hot(pseudo.labels, self.num_classes))
         t = cfg.train
-        metrics = train_classifier(model, tokenizer, client.gold_texts, client.gold_labels, epochs=t.epochs,
-                                   batch_size=t.batch_size, lr=t.learning_rate, weight_decay=t.weight_decay,
-                                   max_len=cfg.model.max_seq_length, generator=generator, device=device)
-        return float(client.num_gold), metrics
+        metrics = train_examples(model, self.adapter, texts_a, texts_b if any(texts_b) else None,
+                                 np.concatenate(targets), epochs=t.epochs, batch_size=t.batch_size,
+                                 lr=t.learning_rate, weight_decay=t.weight_decay, generator=generator, device=device)
+        metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
+        return float(len(texts_a)), metrics
+
+    def label(self, model, client, cfg, device, previous):
+        pool = client.unlabeled
+        if not len(pool):
+            return previous
+        probs = predict_proba(model, self.adapter, pool.texts, _texts_b(pool), batch_size=cfg.train.eval_batch_size,
+                              device=device)
+        p = cfg.pseudo
+        target = min(len(previous) + p.per_pass, len(pool))
+        keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
+        return PseudoLabels(example_ids=[int(pool.example_ids[i]) for i in keep],
+                            labels=[int(probs[i].argmax()) for i in keep],
+                            probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
+                            passes=previous.passes + 1)
 
     def evaluate(self, model, tokenizer, test, cfg, device):
-        preds = predict_classifier(model, tokenizer, test.texts, batch_size=cfg.train.eval_batch_size,
-                                   max_len=cfg.model.max_seq_length, device=device)
-        return {"test_acc": float((preds == test.labels).mean())}
+        probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
+                              device=device)
+        pred = probs.argmax(1)
+        per_class = [float((pred[test.labels == c] == c).mean()) if (test.labels == c).any() else float("nan")
+                     for c in range(self.num_classes)]
+        return {"test_acc": float((pred == test.labels).mean()), "per_class_acc": per_class}
 
     def cached_result(self, cfg):
         return None
@@ -83,22 +155,26 @@ class FedBertMlm:
     """FedBERT-style MLM pre-training on every client's own text (no labels used)."""
 
     name = "fedbert_mlm"
-    task_kind = "mlm"
     primary_metric = "masked_token_acc"
+    uses_pseudo = False
+    train_kind = "mlm"
 
-    def build_model(self, cfg: FesConfig, classes: tuple[str, ...]) -> PreTrainedModel:
+    def build_model(self, cfg, classes, tokenizer):
         return build_masked_lm(cfg.model.model, cfg.common.random_seed)
 
-    def eligible_clients(self, data: FederatedData) -> list[int]:
+    def eligible_clients(self, data):
         return [c.client_id for c in data.clients if sentence_chunks(c.all_texts())]
 
-    def local_train(self, model, tokenizer, client, cfg, generator, device):
+    def local_train(self, model, tokenizer, client, cfg, generator, device, pseudo):
         texts = sentence_chunks(client.all_texts())
         metrics = train_mlm(model, tokenizer, texts, steps=cfg.mlm.local_steps, batch_size=cfg.train.batch_size,
                             lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
                             max_len=cfg.model.max_seq_length, prob=cfg.mlm.mask_probability,
                             generator=generator, device=device)
         return float(len(texts)), metrics
+
+    def label(self, model, client, cfg, device, previous):
+        raise FesError("fedbert_mlm does not pseudo-label")
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         texts = sentence_chunks(test.texts)[: cfg.mlm.heldout_texts]
@@ -116,11 +192,18 @@ class FedBertMlm:
         return {"mlm_path": str(save_mlm(model, tokenizer, cfg, info))}
 
 
-METHOD_REGISTRY: dict[str, type] = {"fedcls": FedCls, "fedbert_mlm": FedBertMlm}
+PRESETS = {
+    "fedcls": lambda: FewShot("fedcls", prompt=False, uses_pseudo=False),
+    "pseudo_only": lambda: FewShot("pseudo_only", prompt=False, uses_pseudo=True),
+    "prompt_only": lambda: FewShot("prompt_only", prompt=True, uses_pseudo=False),
+    "fedfsl": lambda: FewShot("fedfsl", prompt=True, uses_pseudo=True),
+    "fedfsl_bias": lambda: FewShot("fedfsl_bias", prompt=True, uses_pseudo=True, tuning="bias"),
+    "fedbert_mlm": FedBertMlm,
+}
 
 
 def get_method(name: str) -> Method:
     try:
-        return METHOD_REGISTRY[name]()
+        return PRESETS[name]()
     except KeyError:
-        raise FesError(f"unknown method '{name}' (known: {', '.join(METHOD_REGISTRY)})") from None
+        raise FesError(f"unknown method '{name}' (known: {', '.join(PRESETS)})") from None

@@ -1,6 +1,9 @@
 """Server side of a round, independent of the transport that carries it.
 
-`RoundServer.plan(r)` says which clients do what; `finish_round(r, updates)` validates,
+A round has up to two phases. Labeling (pseudo-label methods, every f rounds):
+`plan_labeling(r)` picks n clients that relabel their pools with the global model, and
+`finish_labeling(r, results)` records how many labels each now holds. Training: `plan(r)`
+samples clients holding gold or pseudo labels; `finish_round(r, updates)` validates,
 aggregates through the aggregator's FedML hooks, evaluates and records. The in-process
 runtime calls these in a loop; the MPI and cross-silo managers call them from message
 handlers. One round logic, several transports.
@@ -20,6 +23,10 @@ from ..report.metrics import RunRecorder
 from ..tuning.params import fedavg, load_trainable, payload_bytes, trainable_state, validate_update
 from .job import Job
 from .tasks import ClientTask, ClientUpdate, task_seed
+
+
+LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "label_compute_s_max",
+                 "label_bytes_down")
 
 
 class AggregatorLike(Protocol):
@@ -70,23 +77,84 @@ class RoundServer:
         self.aggregator = aggregator
         self.recorder = recorder
         self.cfg = job.cfg
-        self._eligible = job.method.eligible_clients(job.data)
+        self._gold_eligible = job.method.eligible_clients(job.data)
         self._round_started = time.perf_counter()
+        self.pseudo_counts: dict[int, int] = {}
+        self._label_row: dict[str, Any] = {}
+        self._client_dists = self._client_class_distributions()
+        self.initial = self.aggregator.test(job.data.test, job.device, self.cfg.flat_args())
+        self.last_scores = self.initial
+
+    def _client_class_distributions(self) -> np.ndarray | None:
+        """Each client's true class mix (evaluator side, via the oracle) for per-client accuracy."""
+        job = self.job
+        if job.oracle is None or job.method.primary_metric != "test_acc":
+            return None
+        dists = np.zeros((job.data.num_clients, len(job.data.classes)))
+        for c in job.data.clients:
+            labels = list(c.gold_labels) + job.oracle.labels_of(list(c.unlabeled.example_ids))
+            dists[c.client_id] = np.bincount(labels, minlength=len(job.data.classes)) / max(len(labels), 1)
+        return dists
 
     @property
     def num_rounds(self) -> int:
         return self.cfg.train.comm_round
 
+    def eligible(self) -> list[int]:
+        """Clients that can train: gold holders, plus pseudo-label holders."""
+        return sorted(set(self._gold_eligible) | {c for c, n in self.pseudo_counts.items() if n > 0})
+
     def sample_clients(self, round_idx: int) -> list[int]:
-        """Seeded per round, among the clients the method can train (e.g. gold holders)."""
-        k = min(self.cfg.train.client_num_per_round, len(self._eligible))
+        """Seeded per round, among the clients the method can train."""
+        eligible = self.eligible()
+        k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
-        return sorted(int(c) for c in rng.choice(self._eligible, size=k, replace=False))
+        return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False))
+
+    def labeling_due(self, round_idx: int) -> bool:
+        p = self.cfg.pseudo
+        if not self.job.method.uses_pseudo or round_idx % p.label_every != 0:
+            return False
+        if p.skip_if_worse_than_zero_shot and self.last_scores.get("test_acc", 1.0) < self.initial.get("test_acc", 0.0):
+            self.recorder.log_event(f"round {round_idx}: labeling skipped, model below zero-shot accuracy")
+            return False
+        return True
+
+    def plan_labeling(self, round_idx: int) -> list[ClientTask]:
+        """Labeling pass: n clients with unlabeled text, seeded per round."""
+        self._round_started = time.perf_counter()
+        self._label_row = dict.fromkeys(LABEL_COLUMNS, float("nan")) if self.job.method.uses_pseudo else {}
+        if not self.labeling_due(round_idx):
+            return []
+        pool = [c.client_id for c in self.job.data.clients if len(c.unlabeled)]
+        k = min(self.cfg.pseudo.label_clients, len(pool))
+        rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 2])
+        chosen = sorted(int(c) for c in rng.choice(pool, size=k, replace=False)) if k else []
+        seed = self.cfg.common.random_seed
+        return [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c)) for c in chosen]
+
+    def finish_labeling(self, round_idx: int, results: list[ClientUpdate]) -> None:
+        ids: list[int] = []
+        labels: list[int] = []
+        for r in sorted(results, key=lambda u: u.client_id):
+            self.pseudo_counts[r.client_id] = int(r.metrics.get("pseudo_count", 0))
+            ids += list(r.report.get("example_ids", []))
+            labels += list(r.report.get("labels", []))
+        oracle = self.job.oracle
+        self._label_row = {
+            "label_clients": [r.client_id for r in sorted(results, key=lambda u: u.client_id)],
+            "pseudo_labeled": len(ids),
+            "pseudo_acc": oracle.accuracy(ids, labels) if oracle is not None else float("nan"),
+            "inferred": int(sum(r.metrics.get("inferred", 0) for r in results)),
+            "label_compute_s_max": max((r.metrics.get("compute_s", 0.0) for r in results), default=0.0),
+            "label_bytes_down": payload_bytes(self.global_params()) * len(results),
+        }
 
     def plan(self, round_idx: int) -> list[ClientTask]:
-        self._round_started = time.perf_counter()
+        if not self.job.method.uses_pseudo:
+            self._round_started = time.perf_counter()
         seed = self.cfg.common.random_seed
-        return [ClientTask(round_idx, c, self.job.method.task_kind, task_seed(seed, round_idx, c))
+        return [ClientTask(round_idx, c, self.job.method.train_kind, task_seed(seed, round_idx, c))
                 for c in self.sample_clients(round_idx)]
 
     def global_params(self) -> "OrderedDict[str, torch.Tensor]":
@@ -112,7 +180,11 @@ class RoundServer:
         is_last = round_idx == self.num_rounds - 1
         scores: dict[str, float] = {}
         if is_last or (round_idx + 1) % self.cfg.train.frequency_of_the_test == 0:
-            scores = self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args())
+            scores = dict(self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args()))
+            self.last_scores = scores
+        per_class = scores.pop("per_class_acc", None)
+        if per_class is not None and self._client_dists is not None:
+            scores["client_mean_acc"] = float(np.mean(self._client_dists @ np.nan_to_num(np.asarray(per_class))))
         down = payload_bytes(reference)
         row: dict[str, Any] = {
             "round": round_idx,
@@ -124,6 +196,8 @@ class RoundServer:
             "bytes_down": down * len(accepted),
             "bytes_up": sum(payload_bytes(u.params) for u in accepted),
             self.job.method.primary_metric: scores.get(self.job.method.primary_metric, float("nan")),
+            "pseudo_total": sum(self.pseudo_counts.values()),
+            **self._label_row,
             "round_wall_s": time.perf_counter() - self._round_started,
         }
         row.update({k: v for k, v in scores.items() if k not in row})

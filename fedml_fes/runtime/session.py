@@ -24,10 +24,16 @@ class ServerSession:
     def complete(self) -> dict[str, Any]:
         extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
                                             {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
-        return self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir), **extra)
+        return self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
+                                    initial=self._initial(), **extra)
 
     def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
-        return self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir))
+        return self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
+                                    initial=self._initial())
+
+    def _initial(self) -> dict[str, Any]:
+        """Scores of the model before any round (zero-shot accuracy for prompt methods)."""
+        return {k: v for k, v in self.server.initial.items() if k != "per_class_acc"}
 
     def _final(self):
         key = self.job.method.primary_metric

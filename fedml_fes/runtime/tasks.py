@@ -19,7 +19,7 @@ class ClientTask:
 
     round_idx: int
     client_id: int
-    kind: str  # "classify" | "mlm"
+    kind: str  # "label" (pseudo-labeling pass) | "train" | "mlm"
     seed: int
 
     def to_dict(self) -> dict:
@@ -39,3 +39,6 @@ class ClientUpdate:
     params: "OrderedDict[str, torch.Tensor]"
     weight: float
     metrics: dict[str, float] = field(default_factory=dict)
+    # Emulation telemetry for the evaluator (e.g. which examples got which pseudo label, to
+    # score them against the hidden truth); a deployed client would not send it.
+    report: dict = field(default_factory=dict)

@@ -1,0 +1,129 @@
+"""Prompt inputs and the prompt model: class logits = MLM logits of verbalizer words at the mask.
+
+Only what is needed is computed: the MLM head runs at the one mask position per example,
+and only the verbalizer rows of the vocabulary projection are used (the full projection at
+every position makes a MiniLM training step about 2x slower). Batches are padded to their
+longest member, not to max_len. Texts are truncated, never the pattern.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.activations import gelu
+
+from ..errors import FesError
+from ..models import mlm_head
+from .pvp import split_pattern
+
+
+def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
+    """The special tokens around one sequence ([CLS] .. [SEP], <s> .. </s>), read off the tokenizer."""
+    probe = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(probe) + 1):
+        if full[start:start + len(probe)] == probe:
+            return full[:start], full[start + len(probe):]
+    raise FesError(f"cannot find where {type(tokenizer).__name__} puts its special tokens")
+
+
+class PromptEncoder:
+    """Turns (text_a, text_b) into pattern token ids with exactly one mask token."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, pattern: str, max_len: int):
+        if tokenizer.mask_token_id is None:
+            raise FesError("the tokenizer has no mask token: prompt learning needs a masked LM")
+        self.tok = tokenizer
+        self.max_len = max_len
+        self.parts: list[tuple[str, list[int] | None, bool]] = []  # (kind, literal ids, leading space)
+        space_before = False
+        for i, (kind, value) in enumerate(split_pattern(pattern)):
+            if kind == "lit":
+                text = value.strip()
+                lead = i > 0 and value[:1].isspace()
+                if text:
+                    ids = tokenizer((" " if lead else "") + text, add_special_tokens=False)["input_ids"]
+                    self.parts.append(("lit", ids, lead))
+                space_before = value[-1:].isspace() if value else False
+            else:
+                self.parts.append((kind, None, i > 0 and (space_before or kind != "mask")))
+                space_before = False
+        self.fixed = sum(len(ids) for k, ids, _ in self.parts if k == "lit") + 1  # + the mask
+        self.prefix, self.suffix = _special_template(tokenizer)
+        self.fixed += len(self.prefix) + len(self.suffix)
+        if self.fixed >= max_len:
+            raise FesError(f"pattern {pattern!r} needs {self.fixed} tokens, more than max_seq_length={max_len}")
+        self._memo: dict[tuple[str, bool], list[int]] = {}
+
+    def _text_ids(self, text: str, lead: bool) -> list[int]:
+        key = (text, lead)
+        if key not in self._memo:
+            self._memo[key] = self.tok((" " if lead else "") + text, add_special_tokens=False,
+                                       truncation=True, max_length=self.max_len)["input_ids"]
+        return self._memo[key]
+
+    def ids(self, text_a: str, text_b: str | None = None) -> list[int]:
+        lead_a = next(lead for k, _, lead in self.parts if k == "text_a")
+        a = self._text_ids(text_a, lead_a)
+        lead_b = next((lead for k, _, lead in self.parts if k == "text_b"), False)
+        b = self._text_ids(text_b, lead_b) if text_b else []
+        budget = self.max_len - self.fixed
+        while len(a) + len(b) > budget:  # longest first, as HF's truncation does
+            if len(a) >= len(b):
+                a = a[:-1]
+            else:
+                b = b[:-1]
+        body: list[int] = []
+        for kind, lit, _ in self.parts:
+            body += lit if kind == "lit" else a if kind == "text_a" else b if kind == "text_b" \
+                else [self.tok.mask_token_id]
+        return self.prefix + body + self.suffix
+
+    def batch(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> dict[str, torch.Tensor]:
+        rows = [self.ids(a, texts_b[i] if texts_b else None) for i, a in enumerate(texts_a)]
+        width = max(len(r) for r in rows)
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, :len(r)] = torch.tensor(r)
+            attention[i, :len(r)] = 1
+        mask_pos = (input_ids == self.tok.mask_token_id).int().argmax(dim=1)
+        return {"input_ids": input_ids, "attention_mask": attention, "mask_pos": mask_pos}
+
+
+def _head_parts(mlm: PreTrainedModel) -> tuple[Callable[[torch.Tensor], torch.Tensor], nn.Linear] | None:
+    """(transform, decoder) of the MLM head for BERT, RoBERTa and DistilBERT families."""
+    cls = getattr(mlm, "cls", None)
+    if cls is not None and hasattr(cls, "predictions"):
+        return cls.predictions.transform, cls.predictions.decoder
+    lm = getattr(mlm, "lm_head", None)
+    if lm is not None and all(hasattr(lm, n) for n in ("dense", "layer_norm", "decoder")):
+        return (lambda h: lm.layer_norm(gelu(lm.dense(h)))), lm.decoder
+    if all(hasattr(mlm, n) for n in ("vocab_transform", "vocab_layer_norm", "vocab_projector")):
+        return (lambda h: mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(h)))), mlm.vocab_projector
+    return None
+
+
+class PromptMLM(nn.Module):
+    """Any AutoModelForMaskedLM + verbalizer ids -> class logits at the mask position."""
+
+    def __init__(self, mlm: PreTrainedModel, verbalizer_ids: list[int]):
+        super().__init__()
+        self.mlm = mlm
+        self.register_buffer("verbalizer_ids", torch.tensor(verbalizer_ids, dtype=torch.long), persistent=False)
+        self._parts = _head_parts(mlm)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_pos: torch.Tensor) -> torch.Tensor:
+        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        at_mask = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
+        if self._parts is None:  # unknown head layout: full projection, then pick the rows
+            return mlm_head(self.mlm)(at_mask)[:, self.verbalizer_ids]
+        transform, decoder = self._parts
+        h = transform(at_mask)
+        logits = h @ decoder.weight[self.verbalizer_ids].T
+        if decoder.bias is not None:
+            logits = logits + decoder.bias[self.verbalizer_ids]
+        return logits

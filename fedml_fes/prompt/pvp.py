@@ -1,0 +1,112 @@
+"""Pattern-verbalizer pairs (PET's idea): turn classification into filling one mask.
+
+A pattern is a string with `{text_a}`, optionally `{text_b}`, and exactly one `{mask}`;
+a verbalizer maps each class to one word. The registry holds the patterns used in the
+literature (PET, Schick & Schütze 2021) for AG News, Yahoo, Yelp-F and MNLI, plus ours for
+BBC News, TREC-6 and SNLI; users add their own in YAML (`prompt_args`).
+
+Multi-piece words: a verbalizer word is scored by its FIRST sub-token (e.g. RoBERTa's
+" Entertainment" may split; its first piece stands for it). Two classes whose words share a
+first piece are ambiguous and rejected; a word that maps to the unknown token is missing
+from the vocabulary and rejected. Both at config time, with one error line.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from ..errors import FesError
+
+_FIELD = re.compile(r"\{(text_a|text_b|mask)\}")
+
+
+@dataclass(frozen=True)
+class PVP:
+    patterns: tuple[str, ...]
+    verbalizers: tuple[dict[str, str], ...]  # one or more label->word maps
+    # pattern id -> verbalizer index (PET's MNLI patterns 2, 3 reuse 0, 1 with Yes/No words)
+    verbalizer_of_pattern: tuple[int, ...] = ()
+
+    def pattern(self, pattern_id: int) -> str:
+        if not 0 <= pattern_id < len(self.patterns):
+            raise FesError(f"prompt_args.pattern_id {pattern_id} does not exist (0..{len(self.patterns) - 1})")
+        return self.patterns[pattern_id]
+
+    def verbalizer(self, pattern_id: int) -> dict[str, str]:
+        idx = self.verbalizer_of_pattern[pattern_id] if self.verbalizer_of_pattern else 0
+        return self.verbalizers[idx]
+
+
+_NEWS6 = ("{mask}: {text_a} {text_b}", "{mask} News: {text_a} {text_b}", "{text_a} ( {mask} ) {text_b}",
+          "{text_a} {text_b} ( {mask} )", "[ Category: {mask} ] {text_a} {text_b}", "{mask} - {text_a} {text_b}")
+_NLI4 = ('"{text_a}" ? {mask}, "{text_b}"', "{text_a} ? {mask}, {text_b}",
+         '"{text_a}" ? {mask}, "{text_b}"', "{text_a} ? {mask}, {text_b}")
+_NLI_WORDS = ({"contradiction": "Wrong", "entailment": "Right", "neutral": "Maybe"},
+              {"contradiction": "No", "entailment": "Yes", "neutral": "Maybe"})
+
+REGISTRY: dict[str, PVP] = {
+    "agnews": PVP(_NEWS6, ({"World": "World", "Sports": "Sports", "Business": "Business", "Sci/Tech": "Tech"},)),
+    "yahoo": PVP(tuple(p.replace("News:", "Question:") for p in _NEWS6), ({
+        "Society & Culture": "Society", "Science & Mathematics": "Science", "Health": "Health",
+        "Education & Reference": "Education", "Computers & Internet": "Computer", "Sports": "Sports",
+        "Business & Finance": "Business", "Entertainment & Music": "Entertainment",
+        "Family & Relationships": "Relationship", "Politics & Government": "Politics"},)),
+    "yelp_full": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.",
+                      "Just {mask}! {text_a}", "{text_a} In summary, the restaurant is {mask}."),
+                     ({"1": "terrible", "2": "bad", "3": "okay", "4": "good", "5": "great"},)),
+    "mnli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
+    "snli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
+    "bbc_news": PVP(_NEWS6, ({"business": "Business", "entertainment": "Entertainment", "politics": "Politics",
+                              "sports": "Sports", "tech": "Tech"},)),
+    "trec": PVP(("{mask} question: {text_a}", "{text_a} Answer type: {mask}.", "[ {mask} ] {text_a}",
+                 "{text_a} ( {mask} )"),
+                ({"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", "HUM": "Person",
+                  "LOC": "Location", "NUM": "Number"},)),
+}
+
+
+def get_pvp(name: str) -> PVP:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise FesError(f"no built-in pattern-verbalizer pair for '{name}' (known: {', '.join(REGISTRY)}); "
+                       f"define prompt_args.pattern and prompt_args.verbalizer") from None
+
+
+def split_pattern(pattern: str) -> list[tuple[str, str]]:
+    """[(kind, value)]: kind 'lit' with its text, or 'text_a' / 'text_b' / 'mask'."""
+    if pattern.count("{mask}") != 1:
+        raise FesError(f"pattern {pattern!r} must contain exactly one {{mask}}")
+    if "{text_a}" not in pattern:
+        raise FesError(f"pattern {pattern!r} must contain {{text_a}}")
+    parts: list[tuple[str, str]] = []
+    pos = 0
+    for m in _FIELD.finditer(pattern):
+        if m.start() > pos:
+            parts.append(("lit", pattern[pos:m.start()]))
+        parts.append((m.group(1), ""))
+        pos = m.end()
+    if pos < len(pattern):
+        parts.append(("lit", pattern[pos:]))
+    return parts
+
+
+def verbalizer_token_ids(tokenizer: PreTrainedTokenizerBase, verbalizer: dict[str, str],
+                         classes: tuple[str, ...]) -> list[int]:
+    """One vocabulary id per class (first sub-token of its word, with a leading space)."""
+    missing = [c for c in classes if c not in verbalizer]
+    if missing:
+        raise FesError(f"verbalizer does not cover classes {missing} (it maps {sorted(verbalizer)})")
+    ids: list[int] = []
+    for c in classes:
+        word = verbalizer[c]
+        pieces = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+        if not pieces or pieces[0] == tokenizer.unk_token_id:
+            raise FesError(f"verbalizer word {word!r} (class {c!r}) is missing from the model's vocabulary")
+        ids.append(pieces[0])
+    if len(set(ids)) != len(ids):
+        dup = [classes[i] for i, t in enumerate(ids) if ids.count(t) > 1]
+        raise FesError(f"verbalizer words of classes {dup} share their first sub-token: pick distinct words")
+    return ids

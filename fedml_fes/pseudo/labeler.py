@@ -1,0 +1,40 @@
+"""Which predictions a client keeps as pseudo labels after a labeling pass.
+
+Every pass relabels the client's whole pool with the current global model (labels from
+earlier passes are replaced), then keeps the `target` most confident predictions, optionally
+above a confidence threshold and under per-class quotas. Quotas come from the client's gold
+labels or from the predicted distribution, never from hidden truth (the client has none).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def class_quotas(target: int, shares: np.ndarray) -> np.ndarray:
+    """Split `target` over classes in proportion to `shares` (largest remainders)."""
+    shares = shares / shares.sum() if shares.sum() > 0 else np.full(len(shares), 1 / len(shares))
+    raw = shares * target
+    quotas = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - quotas))[: target - quotas.sum()]:
+        quotas[i] += 1
+    return quotas
+
+
+def select_pseudo(probs: np.ndarray, target: int, threshold: float = 0.0, balance: str = "none",
+                  gold_labels: list[int] | None = None) -> np.ndarray:
+    """Indices (into the pool) of predictions to keep, most confident first."""
+    n, num_classes = probs.shape
+    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
+    ok = conf >= threshold
+    order = np.argsort(-conf, kind="stable")
+    order = order[ok[order]]
+    target = min(target, len(order))
+    if balance == "none" or target == 0:
+        return order[:target]
+    if balance == "gold" and gold_labels:
+        shares = np.bincount(np.asarray(gold_labels), minlength=num_classes).astype(float)
+    else:  # "predicted", or "gold" on a client without gold labels
+        shares = np.bincount(pred[order], minlength=num_classes).astype(float)
+    quotas = class_quotas(target, shares)
+    kept = [i for c in range(num_classes) for i in order[pred[order] == c][: quotas[c]]]
+    return np.asarray(sorted(kept, key=lambda i: -conf[i]), dtype=np.int64)

@@ -1,0 +1,89 @@
+"""PVPs, the prompt encoder and the verbalizer-only prompt model."""
+import pytest
+import torch
+from transformers import BertConfig, BertForMaskedLM
+
+from fedml_fes.config import config_from_dict
+from fedml_fes.errors import FesError
+from fedml_fes.models import load_tokenizer
+from fedml_fes.prompt.model import PromptEncoder, PromptMLM
+from fedml_fes.prompt.pvp import REGISTRY, split_pattern, verbalizer_token_ids
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer("offline:all-MiniLM-L6-v2")
+
+
+def test_every_builtin_pattern_has_one_mask_and_text_a(tok):
+    for name, pvp in REGISTRY.items():
+        for i, pattern in enumerate(pvp.patterns):
+            kinds = [k for k, _ in split_pattern(pattern)]
+            assert kinds.count("mask") == 1 and "text_a" in kinds, (name, i)
+            assert set(pvp.verbalizer(i)) and all(isinstance(w, str) for w in pvp.verbalizer(i).values())
+
+
+def test_literature_counts():
+    assert len(REGISTRY["agnews"].patterns) == 6 and len(REGISTRY["yahoo"].patterns) == 6
+    assert len(REGISTRY["yelp_full"].patterns) == 4 and len(REGISTRY["mnli"].patterns) == 4
+    assert REGISTRY["mnli"].verbalizer(2)["entailment"] == "Yes"
+    assert REGISTRY["mnli"].verbalizer(0)["entailment"] == "Right"
+
+
+@pytest.mark.parametrize("pattern, match", [
+    ("{text_a} is great", "exactly one {mask}"),
+    ("{mask} {mask} {text_a}", "exactly one {mask}"),
+    ("It was {mask}.", "must contain {text_a}"),
+])
+def test_bad_patterns_fail_at_config_time(pattern, match):
+    with pytest.raises(FesError, match=match):
+        config_from_dict({"prompt_args": {"pattern": pattern, "verbalizer": {"a": "b"}}})
+
+
+def test_verbalizer_rules(tok):
+    classes = ("business", "tech")
+    ids = verbalizer_token_ids(tok, {"business": "Business", "tech": "Sci/Tech"}, classes)
+    assert ids[1] == tok.convert_tokens_to_ids("sci")  # multi-piece word: its first piece
+    with pytest.raises(FesError, match="missing from the model's vocabulary"):
+        verbalizer_token_ids(tok, {"business": "\u2603", "tech": "tech"}, classes)
+    with pytest.raises(FesError, match="share their first sub-token"):
+        verbalizer_token_ids(tok, {"business": "sci", "tech": "Sci/Tech"}, classes)
+    with pytest.raises(FesError, match="does not cover classes"):
+        verbalizer_token_ids(tok, {"business": "Business"}, classes)
+
+
+def test_encoder_truncates_text_never_pattern(tok):
+    enc = PromptEncoder(tok, "{text_a} ( {mask} ) {text_b}", max_len=24)
+    long_a, long_b = "word " * 100, "other " * 100
+    ids = enc.ids(long_a, long_b)
+    assert len(ids) == 24 and ids.count(tok.mask_token_id) == 1
+    text = tok.decode(ids)
+    assert "( [MASK] )" in text and text.startswith("[CLS] word") and text.endswith("other [SEP]")
+    short = enc.ids("hello", "there")
+    assert tok.decode(short) == "[CLS] hello ( [MASK] ) there [SEP]"
+
+
+def test_encoder_pads_to_longest_of_batch(tok):
+    enc = PromptEncoder(tok, "{mask}: {text_a}", max_len=128)
+    batch = enc.batch(["a b c", "a"], None)
+    assert batch["input_ids"].shape == (2, 2 + 2 + 3)  # [CLS] mask : a b c [SEP]
+    assert (batch["input_ids"][torch.arange(2), batch["mask_pos"]] == tok.mask_token_id).all()
+    assert batch["attention_mask"][1].sum() == 5
+
+
+def test_pattern_longer_than_max_len_is_an_error(tok):
+    with pytest.raises(FesError, match="more than max_seq_length"):
+        PromptEncoder(tok, "this is a long pattern " * 5 + "{text_a} {mask}", max_len=16)
+
+
+def test_verbalizer_logits_equal_full_head(tok):
+    torch.manual_seed(0)
+    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=64)).eval()
+    verb = [tok.convert_tokens_to_ids(w) for w in ("good", "bad", "okay")]
+    model = PromptMLM(mlm, verb).eval()
+    batch = PromptEncoder(tok, "{text_a} It was {mask}.", 32).batch(["the food", "a much longer review here"], None)
+    fast = model(**batch)
+    full = mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ref = full[torch.arange(2), batch["mask_pos"]][:, verb]
+    assert torch.allclose(fast, ref, atol=1e-5)
