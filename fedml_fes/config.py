@@ -23,7 +23,8 @@ from .errors import FesError
 
 OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
 
-METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fedbert_mlm")
+METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf",
+           "fes_no_dc", "fedbert_mlm")
 DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "custom", "hf",
             "fednlp_h5")
 PARTITIONS = ("uniform", "niid_label", "niid_quantity", "fednlp_h5")
@@ -91,7 +92,7 @@ class ModelConfig:
     # A fedbert_mlm config whose cached build supplies the MLM head (built first if missing);
     # for models shipped without one, like the offline MiniLM. Empty: use `model` as is.
     mlm_from: str = ""
-    tuning: str = "full"  # full | bias (BitFit: biases only, plus a classification head)
+    tuning: str = "full"  # full | bias (BitFit: biases only) | plan (tuning_args' layer plan)
 
 
 @dataclass
@@ -143,6 +144,44 @@ class PseudoConfig:
 
 
 @dataclass
+class TuningConfig:
+    """Depth/capacity co-planning: top layers full, middle layers bias-only, bottom frozen."""
+
+    full_layers: int = 0  # top encoder layers trained fully
+    bias_layers: int = 2  # the layers below them: biases only; everything lower is frozen
+    activation_cache: bool = True  # cache frozen-bottom outputs per client (skip recompute)
+
+
+@dataclass
+class FilterConfig:
+    """Representational filtering: which unlabeled samples are worth labeling at all."""
+
+    method: str = "vote_k"  # vote_k | random | none
+    proxy_model: str = OFFLINE_MINILM  # any sentence-transformers model name or path
+    knn: int = 10  # k of V(x): nearest neighbours by cosine
+    rho: float = 10.0  # > 1: how strongly already-covered neighbourhoods are discounted
+
+
+@dataclass
+class PacingConfig:
+    """Curriculum pacing <f, n, k>, chosen online by AUG-E (the paper's Algorithm 1)."""
+
+    mode: str = "adaptive"  # adaptive (AUG-E configurator) | static (one <f, n, k>)
+    f: int = 1  # static: label every f rounds
+    n: int = 5  # static: on n clients
+    k: float = 10.0  # static: k% more of each client's pool per pass
+    grid: list | None = None  # "f,n,k" strings; unset: the default 32
+    trial_rounds: int = 1  # r: rounds each configuration is tried
+    top: int = 8  # t: configurations kept for switching
+    switch_threshold: float = 0.0  # s: switch when the current AUG-E falls below it
+    eta: float = 1.0
+    theta: float = 1.0
+    infer_latency_s: float = 0.5  # l_i per batch (paper constants: TX2, bias-only)
+    train_latency_s: float = 1.0  # l_t per batch
+    val_examples: int = 200  # test examples the server scores every round for AUG-E
+
+
+@dataclass
 class CommConfig:
     """Transport settings (FedML keys)."""
 
@@ -180,6 +219,9 @@ class FesConfig:
     mlm_args: MlmConfig = field(default_factory=MlmConfig)
     prompt_args: PromptConfig = field(default_factory=PromptConfig)
     pseudo_args: PseudoConfig = field(default_factory=PseudoConfig)
+    tuning_args: TuningConfig = field(default_factory=TuningConfig)
+    filter_args: FilterConfig = field(default_factory=FilterConfig)
+    pacing_args: PacingConfig = field(default_factory=PacingConfig)
     comm_args: CommConfig = field(default_factory=CommConfig)
     device_args: DeviceConfig = field(default_factory=DeviceConfig)
     tracking_args: TrackingConfig = field(default_factory=TrackingConfig)
@@ -214,6 +256,18 @@ class FesConfig:
     @property
     def pseudo(self) -> PseudoConfig:
         return self.pseudo_args
+
+    @property
+    def tuning(self) -> TuningConfig:
+        return self.tuning_args
+
+    @property
+    def filter(self) -> FilterConfig:
+        return self.filter_args
+
+    @property
+    def pacing(self) -> PacingConfig:
+        return self.pacing_args
 
     @property
     def comm(self) -> CommConfig:
@@ -387,7 +441,25 @@ def validate(cfg: FesConfig) -> None:
     _check(cfg.mlm.local_steps >= 1, "mlm_args.local_steps must be >= 1")
     _check(not cfg.tracking_args.enable_wandb,
            "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
-    _check(cfg.model.tuning in ("full", "bias"), f"model_args.tuning must be full or bias, got '{cfg.model.tuning}'")
+    _check(cfg.model.tuning in ("full", "bias", "plan"),
+           f"model_args.tuning must be full, bias or plan, got '{cfg.model.tuning}'")
+    tu = cfg.tuning
+    _check(tu.full_layers >= 0 and tu.bias_layers >= 0, "tuning_args.full_layers and bias_layers must be >= 0")
+    fl = cfg.filter
+    _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
+    _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
+    _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
+    pa = cfg.pacing
+    _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
+    _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100, "pacing_args: f and n must be >= 1, k in (0, 100]")
+    _check(pa.trial_rounds >= 1 and pa.top >= 1, "pacing_args.trial_rounds and top must be >= 1")
+    _check(pa.infer_latency_s > 0 and pa.train_latency_s > 0, "pacing_args latencies must be > 0")
+    if pa.grid is not None and not isinstance(pa.grid, list):
+        raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")
+    _check(pa.grid is None or len(pa.grid) > 0,
+           "pacing_args.grid is an empty configuration list: give 'f,n,k' entries or leave it unset")
+    from .pseudo.pacing import parse_grid  # one error line for a malformed entry
+    parse_grid(pa.grid)
     p = cfg.pseudo
     _check(p.label_every >= 1 and p.label_clients >= 1 and p.per_pass >= 1,
            "pseudo_args.label_every, label_clients and per_pass must be >= 1")

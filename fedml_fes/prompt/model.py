@@ -108,22 +108,42 @@ def _head_parts(mlm: PreTrainedModel) -> tuple[Callable[[torch.Tensor], torch.Te
 
 
 class PromptMLM(nn.Module):
-    """Any AutoModelForMaskedLM + verbalizer ids -> class logits at the mask position."""
+    """Any AutoModelForMaskedLM + verbalizer ids -> class logits at the mask position.
+
+    Only the verbalizer rows of the vocabulary bias ever reach a class logit, so that bias is
+    frozen and a C-sized `class_bias` (zero at start) trains instead: the same function
+    class, without sending a vocabulary-sized vector every round.
+    """
 
     def __init__(self, mlm: PreTrainedModel, verbalizer_ids: list[int]):
         super().__init__()
         self.mlm = mlm
         self.register_buffer("verbalizer_ids", torch.tensor(verbalizer_ids, dtype=torch.long), persistent=False)
+        self.class_bias = nn.Parameter(torch.zeros(len(verbalizer_ids)))
         self._parts = _head_parts(mlm)
+        self.split = None  # a tuning.split.FrozenBottom when the bottom layers are frozen
+
+    def freeze_vocab_bias(self) -> None:
+        """Call after choosing the trainable set: the vocabulary bias never trains."""
+        decoder = self._parts[1] if self._parts is not None else self.mlm.get_output_embeddings()
+        if decoder is not None and decoder.bias is not None:
+            decoder.bias.requires_grad_(False)
+        head_bias = getattr(getattr(getattr(self.mlm, "cls", None), "predictions", None), "bias", None)
+        for bias in (head_bias, getattr(getattr(self.mlm, "lm_head", None), "bias", None)):
+            if isinstance(bias, nn.Parameter):
+                bias.requires_grad_(False)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_pos: torch.Tensor) -> torch.Tensor:
-        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.split is not None:
+            hidden = self.split(input_ids, attention_mask)
+        else:
+            hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         at_mask = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
         if self._parts is None:  # unknown head layout: full projection, then pick the rows
-            return mlm_head(self.mlm)(at_mask)[:, self.verbalizer_ids]
+            return mlm_head(self.mlm)(at_mask)[:, self.verbalizer_ids] + self.class_bias
         transform, decoder = self._parts
         h = transform(at_mask)
         logits = h @ decoder.weight[self.verbalizer_ids].T
         if decoder.bias is not None:
             logits = logits + decoder.bias[self.verbalizer_ids]
-        return logits
+        return logits + self.class_bias

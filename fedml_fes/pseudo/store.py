@@ -28,8 +28,11 @@ class ClientStore:
     def __init__(self, root: Path):
         self.root = Path(root)
 
+    def client_dir(self, client_id: int) -> Path:
+        return self.root / str(client_id)
+
     def _path(self, client_id: int, name: str) -> Path:
-        return self.root / str(client_id) / name
+        return self.client_dir(client_id) / name
 
     def load_pseudo(self, client_id: int) -> PseudoLabels:
         p = self._path(client_id, "pseudo_labels.json")

@@ -1,14 +1,17 @@
 """Client side of a round: load the global tensors, train locally, return an update."""
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
+from typing import Iterator
 
 import torch
 
 from ..data.federated import ClientData
 from ..pseudo.store import PseudoLabels
 from ..tuning.params import load_trainable, trainable_state
+from ..tuning.split import ActivationCache
 from .job import Job
 from .tasks import ClientTask, ClientUpdate
 
@@ -41,17 +44,38 @@ class LocalTrainer:
         if task.kind == "label":
             return self._label(task, client, start)
         pseudo = job.store.load_pseudo(client.client_id) if job.method.uses_pseudo else None
-        weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device, pseudo)
+        with self._activation_cache(client.client_id) as cache_stats:
+            weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device, pseudo)
+        metrics.update(cache_stats)
         metrics["compute_s"] = time.perf_counter() - start
         return ClientUpdate(task.round_idx, task.client_id, self.get_params(), weight, metrics)
+
+    @contextlib.contextmanager
+    def _activation_cache(self, client_id: int) -> Iterator[dict[str, float]]:
+        """Load the client's frozen-bottom cache from its folder for this task, save it after."""
+        split = getattr(self.job.model, "split", None)
+        stats: dict[str, float] = {}
+        if split is None or not self.job.cfg.tuning.activation_cache:
+            yield stats
+            return
+        path = self.job.store.client_dir(client_id) / "activations.pt"
+        split.cache = ActivationCache.load(path)
+        try:
+            yield stats
+            split.cache.save(path)
+            stats.update(cache_hits=float(split.cache.hits), cache_misses=float(split.cache.misses))
+        finally:
+            split.cache = None
 
     def _label(self, task: ClientTask, client: ClientData, start: float) -> ClientUpdate:
         """Inference runtime: relabel the pool with the global model, keep the confident part."""
         job = self.job
         previous: PseudoLabels = job.store.load_pseudo(client.client_id)
-        labels = job.method.label(job.model, client, job.cfg, job.device, previous)
+        with self._activation_cache(client.client_id) as cache_stats:
+            labels, inferred = job.method.label(job.model, client, job.cfg, job.device, previous,
+                                                job.store.client_dir(client.client_id), task.options)
         job.store.save_pseudo(client.client_id, labels)
-        metrics = {"pseudo_count": float(len(labels)), "inferred": float(len(client.unlabeled)),
-                   "compute_s": time.perf_counter() - start}
+        metrics = {"pseudo_count": float(len(labels)), "inferred": float(inferred), "pool": float(len(client.unlabeled)),
+                   "compute_s": time.perf_counter() - start, **cache_stats}
         report = {"example_ids": labels.example_ids, "labels": labels.labels}
         return ClientUpdate(task.round_idx, task.client_id, OrderedDict(), 0.0, metrics, report)

@@ -7,6 +7,7 @@ Adding a method does not touch the transports. Registered by `train_args.method`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -25,9 +26,12 @@ from ..pretrain.source import resolve_mlm_path
 from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
 from ..prompt.model import PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
+from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
+from ..pseudo.pacing import per_pass_count
 from ..pseudo.store import PseudoLabels
-from ..tuning.plan import apply_tuning
+from ..tuning.plan import LayerPlan, apply_tuning, num_layers
+from ..tuning.split import FrozenBottom
 
 
 class Method(Protocol):
@@ -45,7 +49,7 @@ class Method(Protocol):
                     pseudo: PseudoLabels | None) -> tuple[float, dict[str, float]]: ...
 
     def label(self, model: nn.Module, client: ClientData, cfg: FesConfig, device: torch.device,
-              previous: PseudoLabels) -> PseudoLabels: ...
+              previous: PseudoLabels, store_dir: Path, options: dict) -> tuple[PseudoLabels, int]: ...
 
     def evaluate(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, test: LabeledTexts, cfg: FesConfig,
                  device: torch.device) -> dict[str, float]: ...
@@ -72,14 +76,35 @@ def pvp_for(cfg: FesConfig) -> tuple[str, dict[str, str]]:
 
 @dataclass
 class FewShot:
-    """Head or prompt model, with or without pseudo labels, full or bias-only tuning."""
+    """Head or prompt model, with or without pseudo labels, full / bias-only / planned tuning.
+
+    `filtering` and `pacing` say where those come from: "config" reads filter_args /
+    pacing_args (FeS), anything else fixes them (the baselines: no filter, FedFSL's static
+    count per pass from pseudo_args).
+    """
 
     name: str
     prompt: bool
     uses_pseudo: bool
     tuning: str | None = None  # None: model_args.tuning decides
+    filtering: str = "none"  # none | random | vote_k | config
+    pacing: str = "count"  # count (pseudo_args.per_pass) | static | adaptive | config
     primary_metric: str = "test_acc"
     train_kind: str = "train"
+
+    def check_data(self, cfg: FesConfig, data: FederatedData) -> None:
+        """Settings that only make sense against the partition, checked before any round."""
+        if self.uses_pseudo and self.filter_method(cfg) == "vote_k":
+            largest = max(len(c.unlabeled) for c in data.clients)
+            if cfg.filter.knn >= largest:
+                raise FesError(f"filter_args.knn={cfg.filter.knn} is larger than every client's unlabeled pool "
+                               f"(largest: {largest}); pick k below it")
+
+    def filter_method(self, cfg: FesConfig) -> str:
+        return cfg.filter.method if self.filtering == "config" else self.filtering
+
+    def pacing_mode(self, cfg: FesConfig) -> str:
+        return cfg.pacing.mode if self.pacing == "config" else self.pacing
 
     def build_model(self, cfg, classes, tokenizer):
         max_len = cfg.model.max_seq_length
@@ -92,7 +117,15 @@ class FewShot:
             self.adapter = HeadAdapter(tokenizer, max_len)
             model = build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
         self.num_classes = len(classes)
-        apply_tuning(model, self.tuning or cfg.model.tuning)
+        mode = self.tuning or cfg.model.tuning
+        plan = LayerPlan(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
+        apply_tuning(model, mode, plan)
+        if isinstance(model, PromptMLM):
+            model.freeze_vocab_bias()
+            if plan is not None and plan.frozen_bottom:
+                model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
+        self.plan = plan
+        self._embedder = ProxyEmbedder(cfg.filter.proxy_model)
         return model
 
     def eligible_clients(self, data):
@@ -122,19 +155,35 @@ class FewShot:
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(len(texts_a)), metrics
 
-    def label(self, model, client, cfg, device, previous):
+    def label(self, model, client, cfg, device, previous, store_dir, options):
+        """Relabel with the global model; returns (pseudo labels, number of samples inferred).
+
+        Without filtering the whole pool is inferred and the most confident are kept; with a
+        filter only the ranking's prefix of the target size is inferred.
+        """
         pool = client.unlabeled
         if not len(pool):
-            return previous
-        probs = predict_proba(model, self.adapter, pool.texts, _texts_b(pool), batch_size=cfg.train.eval_batch_size,
-                              device=device)
+            return previous, 0
         p = cfg.pseudo
-        target = min(len(previous) + p.per_pass, len(pool))
+        added = per_pass_count(len(pool), float(options["k"])) if "k" in options else p.per_pass
+        target = min(len(previous) + added, len(pool))
+        method = self.filter_method(cfg)
+        if method == "none":
+            candidates = np.arange(len(pool))
+        else:
+            seed = int(np.random.SeedSequence([cfg.common.random_seed, client.client_id, 3]).generate_state(1)[0])
+            order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed)
+            candidates = np.sort(order[:target])
+        texts_b = _texts_b(pool)
+        probs = predict_proba(model, self.adapter, [pool.texts[i] for i in candidates],
+                              [texts_b[i] for i in candidates] if texts_b else None,
+                              batch_size=cfg.train.eval_batch_size, device=device)
         keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
-        return PseudoLabels(example_ids=[int(pool.example_ids[i]) for i in keep],
-                            labels=[int(probs[i].argmax()) for i in keep],
-                            probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
-                            passes=previous.passes + 1)
+        labels = PseudoLabels(example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
+                              labels=[int(probs[i].argmax()) for i in keep],
+                              probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
+                              passes=previous.passes + 1)
+        return labels, len(candidates)
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
@@ -173,7 +222,7 @@ class FedBertMlm:
                             generator=generator, device=device)
         return float(len(texts)), metrics
 
-    def label(self, model, client, cfg, device, previous):
+    def label(self, model, client, cfg, device, previous, store_dir, options):
         raise FesError("fedbert_mlm does not pseudo-label")
 
     def evaluate(self, model, tokenizer, test, cfg, device):
@@ -198,6 +247,14 @@ PRESETS = {
     "prompt_only": lambda: FewShot("prompt_only", prompt=True, uses_pseudo=False),
     "fedfsl": lambda: FewShot("fedfsl", prompt=True, uses_pseudo=True),
     "fedfsl_bias": lambda: FewShot("fedfsl_bias", prompt=True, uses_pseudo=True, tuning="bias"),
+    # FeS: prompt + pseudo labels + co-planning + filtering + curriculum pacing, and ablations
+    "fes": lambda: FewShot("fes", prompt=True, uses_pseudo=True, tuning="plan", filtering="config", pacing="config"),
+    "fes_no_cp": lambda: FewShot("fes_no_cp", prompt=True, uses_pseudo=True, tuning="full", filtering="config",
+                                 pacing="config"),
+    "fes_no_rf": lambda: FewShot("fes_no_rf", prompt=True, uses_pseudo=True, tuning="plan", filtering="none",
+                                 pacing="config"),
+    "fes_no_dc": lambda: FewShot("fes_no_dc", prompt=True, uses_pseudo=True, tuning="plan", filtering="config",
+                                 pacing="static"),
     "fedbert_mlm": FedBertMlm,
 }
 

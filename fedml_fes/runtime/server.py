@@ -17,16 +17,18 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ..data.readers import LabeledTexts
+from ..data.readers import LabeledTexts, stratified_subsample
 from ..errors import FesError
+from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
+from ..tuning.split import ActivationCache
 from ..report.metrics import RunRecorder
 from ..tuning.params import fedavg, load_trainable, payload_bytes, trainable_state, validate_update
 from .job import Job
 from .tasks import ClientTask, ClientUpdate, task_seed
 
 
-LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "label_compute_s_max",
-                 "label_bytes_down")
+LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "inferred_fraction",
+                 "label_compute_s_max", "label_bytes_down")
 
 
 class AggregatorLike(Protocol):
@@ -67,8 +69,18 @@ class FedAvgCore:
         return params
 
     def test(self, test_data, device, args):
+        """Evaluate; a frozen bottom's outputs are cached server-side across rounds."""
         j = self.job
-        return j.method.evaluate(j.model, j.tokenizer, test_data, j.cfg, device)
+        split = getattr(j.model, "split", None)
+        if split is None:
+            return j.method.evaluate(j.model, j.tokenizer, test_data, j.cfg, device)
+        if not hasattr(self, "_eval_cache"):
+            self._eval_cache = ActivationCache()
+        previous, split.cache = split.cache, self._eval_cache
+        try:
+            return j.method.evaluate(j.model, j.tokenizer, test_data, j.cfg, device)
+        finally:
+            split.cache = previous
 
 
 class RoundServer:
@@ -84,6 +96,25 @@ class RoundServer:
         self._client_dists = self._client_class_distributions()
         self.initial = self.aggregator.test(job.data.test, job.device, self.cfg.flat_args())
         self.last_scores = self.initial
+        self._setup_pacing()
+
+    def _setup_pacing(self) -> None:
+        """count: FedFSL's static count; static: one <f, n, k>; adaptive: the AUG-E configurator."""
+        mode = getattr(self.job.method, "pacing_mode", lambda _c: "count")(self.cfg)
+        pc = self.cfg.pacing
+        self.pacing_mode = mode if self.job.method.uses_pseudo else "none"
+        self.static_pacing = Pacing(pc.f, pc.n, pc.k)
+        self.pacer: PacingConfigurator | None = None
+        self.val_set: LabeledTexts | None = None
+        if self.pacing_mode == "adaptive":
+            self.pacer = PacingConfigurator(parse_grid(pc.grid), pc.trial_rounds, pc.top, pc.switch_threshold,
+                                            pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta)
+            self.val_set = stratified_subsample(self.job.data.test, pc.val_examples, self.cfg.common.random_seed)
+
+    def current_pacing(self) -> Pacing | None:
+        if self.pacing_mode == "adaptive":
+            return self.pacer.current
+        return self.static_pacing if self.pacing_mode == "static" else None
 
     def _client_class_distributions(self) -> np.ndarray | None:
         """Each client's true class mix (evaluator side, via the oracle) for per-client accuracy."""
@@ -113,7 +144,12 @@ class RoundServer:
 
     def labeling_due(self, round_idx: int) -> bool:
         p = self.cfg.pseudo
-        if not self.job.method.uses_pseudo or round_idx % p.label_every != 0:
+        if not self.job.method.uses_pseudo:
+            return False
+        pacing = self.current_pacing()
+        since = self.pacer.window_start_round if self.pacer is not None else 0
+        every = pacing.f if pacing is not None else p.label_every
+        if (round_idx - since) % every != 0:
             return False
         if p.skip_if_worse_than_zero_shot and self.last_scores.get("test_acc", 1.0) < self.initial.get("test_acc", 0.0):
             self.recorder.log_event(f"round {round_idx}: labeling skipped, model below zero-shot accuracy")
@@ -126,12 +162,14 @@ class RoundServer:
         self._label_row = dict.fromkeys(LABEL_COLUMNS, float("nan")) if self.job.method.uses_pseudo else {}
         if not self.labeling_due(round_idx):
             return []
+        pacing = self.current_pacing()
         pool = [c.client_id for c in self.job.data.clients if len(c.unlabeled)]
-        k = min(self.cfg.pseudo.label_clients, len(pool))
+        k = min(pacing.n if pacing is not None else self.cfg.pseudo.label_clients, len(pool))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 2])
         chosen = sorted(int(c) for c in rng.choice(pool, size=k, replace=False)) if k else []
         seed = self.cfg.common.random_seed
-        return [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c)) for c in chosen]
+        options = {"k": pacing.k} if pacing is not None else {}
+        return [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in chosen]
 
     def finish_labeling(self, round_idx: int, results: list[ClientUpdate]) -> None:
         ids: list[int] = []
@@ -146,6 +184,8 @@ class RoundServer:
             "pseudo_labeled": len(ids),
             "pseudo_acc": oracle.accuracy(ids, labels) if oracle is not None else float("nan"),
             "inferred": int(sum(r.metrics.get("inferred", 0) for r in results)),
+            "inferred_fraction": (sum(r.metrics.get("inferred", 0) for r in results)
+                                  / max(1.0, sum(r.metrics.get("pool", 0) for r in results))),
             "label_compute_s_max": max((r.metrics.get("compute_s", 0.0) for r in results), default=0.0),
             "label_bytes_down": payload_bytes(self.global_params()) * len(results),
         }
@@ -182,6 +222,12 @@ class RoundServer:
         if is_last or (round_idx + 1) % self.cfg.train.frequency_of_the_test == 0:
             scores = dict(self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args()))
             self.last_scores = scores
+        pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
+        if self.pacer is not None:  # AUG-E needs the accuracy after every round
+            val = self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"]
+            for event in self.pacer.observe(round_idx, val):
+                self.recorder.log_event(f"round {round_idx}: {event}")
+            scores["val_acc"] = val
         per_class = scores.pop("per_class_acc", None)
         if per_class is not None and self._client_dists is not None:
             scores["client_mean_acc"] = float(np.mean(self._client_dists @ np.nan_to_num(np.asarray(per_class))))
@@ -197,6 +243,7 @@ class RoundServer:
             "bytes_up": sum(payload_bytes(u.params) for u in accepted),
             self.job.method.primary_metric: scores.get(self.job.method.primary_metric, float("nan")),
             "pseudo_total": sum(self.pseudo_counts.values()),
+            "pacing": pacing_used,
             **self._label_row,
             "round_wall_s": time.perf_counter() - self._round_started,
         }

@@ -21,6 +21,7 @@ class ClientTask:
     client_id: int
     kind: str  # "label" (pseudo-labeling pass) | "train" | "mlm"
     seed: int
+    options: dict = field(default_factory=dict)  # e.g. the pacing's k for a labeling pass
 
     def to_dict(self) -> dict:
         return asdict(self)

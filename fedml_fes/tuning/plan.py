@@ -1,24 +1,91 @@
-"""Which parameters train: all of them, or biases only (BitFit, FedFSL-BIAS).
+"""Which parameters train: all, biases only (BitFit, FedFSL-BIAS), or a per-layer plan.
 
-The trainable set is computed from the model and the mode, never implied; it decides what
-travels too (`tuning.params.trainable_state` sends exactly the parameters that train).
+FeS's depth/capacity co-planning: the top `full_layers` encoder layers train fully, the
+`bias_layers` below them train biases only, and everything lower (embeddings included)
+is frozen. The trainable set is computed from the model and the plan, never implied; it
+decides what travels too (`tuning.params.trainable_state` sends exactly what trains).
 """
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 from torch import nn
 
 from ..errors import FesError
 
-HEAD_PREFIXES = ("classifier.", "score.")  # a freshly initialised classification head trains fully
+# freshly initialised heads train fully: a classification head, the prompt model's class bias
+HEAD_PREFIXES = ("classifier.", "score.", "class_bias")
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
 
 
-def apply_tuning(model: nn.Module, mode: str) -> int:
-    """Set requires_grad by mode; returns the number of trainable parameters."""
-    if mode not in ("full", "bias"):
-        raise FesError(f"tuning mode must be full or bias, got '{mode}'")
+def layer_index(param_name: str) -> int | None:
+    """Encoder layer of a parameter (BERT/RoBERTa `encoder.layer.i`, DistilBERT `transformer.layer.i`)."""
+    m = _LAYER.search(param_name)
+    return int(m.group(1)) if m else None
+
+
+def num_layers(model: nn.Module) -> int:
+    found = {layer_index(n) for n, _ in model.named_parameters()} - {None}
+    if not found:
+        raise FesError(f"{type(model).__name__} has no encoder layers named layer.<i>: cannot plan by depth")
+    return max(found) + 1
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    total: int
+    full_layers: int
+    bias_layers: int
+
+    def __post_init__(self) -> None:
+        if self.full_layers + self.bias_layers > self.total:
+            raise FesError(f"layer plan names layers that do not exist: the model has {self.total} layers, "
+                           f"the plan asks for {self.full_layers} full + {self.bias_layers} bias-only")
+        if self.full_layers + self.bias_layers == 0:
+            raise FesError("layer plan trains no layer: set tuning_args.full_layers or bias_layers > 0")
+
+    @property
+    def frozen_bottom(self) -> int:
+        return self.total - self.full_layers - self.bias_layers
+
+    def mode_of_layer(self, i: int) -> str:
+        if i >= self.total - self.full_layers:
+            return "full"
+        return "bias" if i >= self.frozen_bottom else "frozen"
+
+    def describe(self) -> str:
+        t, f = self.total, self.full_layers
+        parts = [f"layers 0-{self.frozen_bottom - 1} frozen" if self.frozen_bottom else "",
+                 f"layers {self.frozen_bottom}-{t - f - 1} bias-only" if self.bias_layers else "",
+                 f"layers {t - f}-{t - 1} full" if f else ""]
+        return ", ".join(p for p in parts if p)
+
+
+def _param_mode(name: str, plan: LayerPlan | None, mode: str) -> str:
+    if name.startswith(HEAD_PREFIXES):
+        return "full"
+    if plan is None:
+        return mode
+    i = layer_index(name)
+    if i is not None:
+        return plan.mode_of_layer(i)
+    if ".embeddings." in f".{name}" or name.startswith("embeddings."):
+        # below layer 0: frozen unless the plan reaches the bottom
+        return "frozen" if plan.frozen_bottom else plan.mode_of_layer(0)
+    return "full" if plan.full_layers else "bias"  # MLM head / pooler: above the top layer
+
+
+def apply_tuning(model: nn.Module, mode: str, plan: LayerPlan | None = None) -> int:
+    """Set requires_grad by mode ('full', 'bias', or 'plan' with `plan`); returns trainable count."""
+    if mode not in ("full", "bias", "plan"):
+        raise FesError(f"tuning mode must be full, bias or plan, got '{mode}'")
+    if mode == "plan" and plan is None:
+        raise FesError("tuning mode 'plan' needs a LayerPlan")
     count = 0
     for name, p in model.named_parameters():
-        train = mode == "full" or name.endswith("bias") or name.startswith(HEAD_PREFIXES)
+        m = _param_mode(name, plan if mode == "plan" else None, mode)
+        train = m == "full" or (m == "bias" and name.endswith("bias"))
         p.requires_grad_(train)
         count += p.numel() if train else 0
     if count == 0:

@@ -1,0 +1,118 @@
+"""Representational filtering: rank a client's unlabeled pool by how much each sample adds.
+
+A Sentence-BERT proxy embeds the pool once (cached in the client's store). With V(x) the k
+nearest neighbours of x by cosine and E(u) = {x : u in V(x)}, the greedy step picks
+
+    argmax_u  score(u) = sum over x in E(u) of rho ** (-|V(x) & L|),   rho > 1,
+
+moves u into the selected set L and rescores: a sample is worth labeling when it stands for
+many neighbourhoods not yet covered (representative and diverse). The whole ranking is
+computed once; labeling passes infer only a growing prefix of it, so the rest of the pool is
+never run through the big model. Vectorized: each greedy step touches only the k*|E(u)|
+scores that change.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import FesError
+
+
+def knn_indices(embeddings: np.ndarray, k: int, block: int = 2048) -> np.ndarray:
+    """(N, k) indices of each row's k most cosine-similar other rows (self excluded)."""
+    n = len(embeddings)
+    if n < 2:
+        return np.zeros((n, 0), dtype=np.int64)
+    k = min(k, n - 1)
+    emb = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    emb = emb.astype(np.float32)
+    out = np.empty((n, k), dtype=np.int64)
+    for start in range(0, n, block):
+        sims = emb[start:start + block] @ emb.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, rows + start] = -np.inf  # not its own neighbour
+        part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(sims, part, axis=1), axis=1, kind="stable")
+        out[start:start + block] = np.take_along_axis(part, order, axis=1)
+    return out
+
+
+def vote_k_order(neighbours: np.ndarray, rho: float, limit: int | None = None) -> np.ndarray:
+    """Greedy selection order over the pool (first `limit` picks; all by default)."""
+    if rho <= 1:
+        raise FesError(f"filter_args.rho must be > 1, got {rho}")
+    n, k = neighbours.shape
+    limit = n if limit is None else min(limit, n)
+    if k == 0:
+        return np.arange(limit, dtype=np.int64)
+    flat = neighbours.ravel()
+    # E(u) as CSR: the x's whose neighbour list contains u
+    by_u = np.argsort(flat, kind="stable")
+    owners = by_u // k
+    starts = np.searchsorted(flat[by_u], np.arange(n + 1))
+    covered = np.zeros(n)  # |V(x) & L| per x
+    score = np.bincount(flat, minlength=n).astype(np.float64)  # rho ** 0 per x in E(u)
+    taken = np.zeros(n, dtype=bool)
+    order = np.empty(limit, dtype=np.int64)
+    for step in range(limit):
+        u = int(np.argmax(np.where(taken, -np.inf, score)))
+        order[step] = u
+        taken[u] = True
+        xs = owners[starts[u]:starts[u + 1]]
+        if len(xs):
+            delta = rho ** -(covered[xs] + 1) - rho ** -covered[xs]
+            covered[xs] += 1
+            np.add.at(score, neighbours[xs].ravel(), np.repeat(delta, k))
+    return order
+
+
+def random_order(n: int, seed: int) -> np.ndarray:
+    """The random-filter baseline: a seeded permutation."""
+    return np.random.default_rng(seed).permutation(n).astype(np.int64)
+
+
+class ProxyEmbedder:
+    """Sentence-BERT proxy (any sentence-transformers model), loaded once per process."""
+
+    def __init__(self, name: str, device: str = "cpu"):
+        self.name, self.device = name, device
+        self._model = None
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            from ..models import resolve_model_path
+            try:
+                self._model = SentenceTransformer(resolve_model_path(self.name), device=self.device)
+            except OSError as e:
+                raise FesError(f"cannot load the filtering proxy '{self.name}': {str(e).splitlines()[0]}") from None
+        return np.asarray(self._model.encode(list(texts), batch_size=64, convert_to_numpy=True,
+                                             normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+
+
+def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: ProxyEmbedder, knn: int,
+                 rho: float, seed: int) -> np.ndarray:
+    """The client's ranking of its pool, computed once and kept in its own folder."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    path = store_dir / f"filter_{method}_k{knn}_rho{rho:g}.npy"
+    if path.is_file():
+        order = np.load(path)
+        if len(order) == len(texts):
+            return order
+    if method == "random":
+        order = random_order(len(texts), seed)
+    else:
+        emb_path = store_dir / "proxy_embeddings.npy"
+        emb = np.load(emb_path) if emb_path.is_file() else None
+        if emb is None or len(emb) != len(texts):
+            emb = embedder.embed(texts)
+            np.save(emb_path, emb)
+        order = vote_k_order(knn_indices(emb, knn), rho)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, order)
+    tmp.replace(path)
+    return order

@@ -1,0 +1,123 @@
+"""Forward in two parts around a frozen bottom, with an optional per-client activation cache.
+
+With the bottom b layers (and embeddings) frozen, their output for a given input never
+changes, so it need not be recomputed: AutoFedNLP's activation cache. The bottom runs per
+example, unpadded, in eval mode and without autograd; the result is stored by the exact
+token ids, so a cache hit returns bit-for-bit what recomputing would. The top part then
+runs on the padded batch with gradients. Works for encoders that expose `embeddings` and
+`encoder.layer` (BERT, RoBERTa and their relatives): both are swapped in place for the
+duration of one call, so the model's own attention-mask code is reused unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..errors import FesError
+
+
+class _Given(nn.Module):
+    """Stands in for the embeddings: returns the hidden states it was given."""
+
+    def __init__(self, hidden: torch.Tensor):
+        super().__init__()
+        self.hidden = hidden
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        return self.hidden
+
+
+class ActivationCache:
+    """Frozen-bottom outputs by token ids; saved in and loaded from the client's folder."""
+
+    def __init__(self) -> None:
+        self.store: dict[str, torch.Tensor] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(ids: torch.Tensor) -> str:
+        return hashlib.sha1(ids.to(torch.int64).numpy().tobytes()).hexdigest()
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self.store, tmp)
+        tmp.replace(path)
+
+    @staticmethod
+    def load(path: Path) -> "ActivationCache":
+        cache = ActivationCache()
+        if path.is_file():
+            cache.store = torch.load(path, weights_only=True)
+        return cache
+
+
+class FrozenBottom:
+    """Runs an encoder as frozen bottom (cached) + trainable top."""
+
+    def __init__(self, base_model: nn.Module, frozen_layers: int):
+        encoder = getattr(base_model, "encoder", None)
+        if not hasattr(base_model, "embeddings") or encoder is None or not hasattr(encoder, "layer"):
+            raise FesError(f"{type(base_model).__name__} has no embeddings/encoder.layer: "
+                           f"the frozen-bottom split supports BERT/RoBERTa-style encoders")
+        self.base = base_model
+        self.layers = encoder.layer
+        self.b = frozen_layers
+        self.cache: ActivationCache | None = None
+
+    @contextlib.contextmanager
+    def _swapped(self, embeddings: nn.Module | None, layers: nn.ModuleList) -> Iterator[None]:
+        enc = self.base.encoder
+        old_emb, old_layers = self.base.embeddings, enc.layer
+        if embeddings is not None:
+            self.base.embeddings = embeddings
+        enc.layer = layers
+        try:
+            yield
+        finally:
+            self.base.embeddings, enc.layer = old_emb, old_layers
+
+    @torch.no_grad()
+    def _bottom_one(self, ids: torch.Tensor) -> torch.Tensor:
+        was_training = self.base.training
+        self.base.eval()
+        try:
+            with self._swapped(None, nn.ModuleList(list(self.layers)[: self.b])):
+                out = self.base(input_ids=ids[None], attention_mask=torch.ones_like(ids)[None])
+        finally:
+            self.base.train(was_training)
+        return out.last_hidden_state[0]
+
+    def bottom(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, W, H) frozen-bottom hidden states, per example, zero at padded positions."""
+        rows = []
+        for ids, mask in zip(input_ids, attention_mask):
+            ids = ids[mask.bool()].cpu()
+            key = ActivationCache.key(ids) if self.cache is not None else ""
+            hit = self.cache.store.get(key) if self.cache is not None else None
+            if hit is None:
+                hit = self._bottom_one(ids.to(input_ids.device)).cpu()
+                if self.cache is not None:
+                    self.cache.store[key] = hit
+                    self.cache.misses += 1
+            else:
+                self.cache.hits += 1
+            rows.append(hit)
+        width = input_ids.shape[1]
+        out = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=rows[0].dtype)
+        for i, h in enumerate(rows):
+            out[i, :len(h)] = h
+        return out.to(input_ids.device)
+
+    def top(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b:])):
+            return self.base(inputs_embeds=hidden, attention_mask=attention_mask).last_hidden_state
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.top(self.bottom(input_ids, attention_mask), attention_mask)

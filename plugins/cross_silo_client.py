@@ -1,0 +1,145 @@
+"""A cross-silo client process ("silo", rank k >= 1): plays its emulated devices for the server.
+
+It owns devices `c` with `1 + c % K == k`; their state (pseudo labels) is in this process's
+own run directory, as on a phone's disk, so a silo restarted on the same directory picks
+up where its devices were. It joins the server (retrying until the server answers or
+`comm_args.join_timeout_s` passes), then answers task messages with the FedML trainer
+plugin until the server says the run is over, or nothing has come for
+`comm_args.worker_timeout_s` (the server is gone).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable
+
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import Job
+
+from . import cross_silo_protocol as p
+from .cross_silo_config import CrossSiloSettings
+from .cross_silo_node import CONNECTED, QueuedCommManager, one_line
+from .trainer import FesClientTrainer
+
+JOIN_RETRY_S = 1.0
+
+
+class SiloClient(QueuedCommManager):
+    def __init__(self, args: Any, job: Job, settings: CrossSiloSettings, rank: int, emit: Callable[[str], None]):
+        super().__init__(args, settings, rank=rank)
+        self.job = job
+        self.emit = emit
+        self.trainer = FesClientTrainer(job, args)
+        self.session_id = uuid.uuid4().hex
+        self.devices = [c.client_id for c in job.data.clients if settings.owner_rank(c.client_id) == rank]
+        self.status: str | None = None  # the server's verdict on the run
+        self._stalled = False
+
+    def play(self) -> None:
+        self.run_role(self._run)
+
+    def _run(self) -> None:
+        self._join()
+        self._serve()
+
+    # ---- joining ---------------------------------------------------------------------
+    def stored_state(self) -> dict[str, int]:
+        """Pseudo labels each of this silo's devices holds on disk (JSON-safe keys)."""
+        if not self.job.method.uses_pseudo:
+            return {}
+        counts = {c: len(self.job.store.load_pseudo(c)) for c in self.devices}
+        return {str(c): n for c, n in counts.items() if n}
+
+    def _send_join(self) -> str | None:
+        return self.send(self.message(p.MSG_C2S_JOIN, 0, **{
+            p.KEY_RANK: self.rank, p.KEY_SESSION: self.session_id,
+            p.KEY_FINGERPRINT: self.settings.fingerprint, p.KEY_STATE: self.stored_state()}))
+
+    def _join(self) -> None:
+        s = self.settings
+        deadline = time.monotonic() + s.join_timeout_s
+        connected = s.backend == "GRPC"  # MQTT: subscribe first, or the welcome is lost
+        last_try, last_error = 0.0, None
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                why = f" (last error: {last_error})" if last_error else ""
+                raise FesError(f"silo rank {self.rank}: no answer from the server ({s.where(0)}) within "
+                               f"{s.join_timeout_s:.0f}s (comm_args.join_timeout_s){why}")
+            if connected and now - last_try >= JOIN_RETRY_S:
+                last_try, last_error = now, self._send_join()
+            got = self.next_message(min(JOIN_RETRY_S, deadline - now))
+            if got is None:
+                continue
+            msg_type, msg = got
+            if msg_type == CONNECTED:
+                connected = True
+            elif msg_type == p.MSG_S2C_WELCOME:
+                if msg.get(p.KEY_ERROR):
+                    raise FesError(f"the server refused silo rank {self.rank}: {msg.get(p.KEY_ERROR)}")
+                state = self.stored_state()
+                held = f"; resuming with stored state of clients {state}" if state else ""
+                self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{held}")
+                return
+            elif msg_type == p.MSG_S2C_FINISH:
+                raise FesError(f"silo rank {self.rank}: the run ended before it joined "
+                               f"({msg.get(p.KEY_STATUS)}: {msg.get(p.KEY_ERROR)})")
+
+    # ---- serving ---------------------------------------------------------------------
+    def _serve(self) -> None:
+        idle = self.settings.idle_timeout_s
+        while True:
+            got = self.next_message(idle)
+            if got is None:
+                raise FesError(f"silo rank {self.rank}: nothing from the server for {idle:.0f}s "
+                               f"(comm_args.worker_timeout_s); giving up")
+            msg_type, msg = got
+            if msg_type == p.MSG_S2C_FINISH:
+                self.status = str(msg.get(p.KEY_STATUS))
+                error = msg.get(p.KEY_ERROR)
+                self.emit(f"silo {self.rank}: the server ended the run ({self.status}{': ' + error if error else ''})")
+                return
+            if msg_type == p.MSG_S2C_TASKS:
+                self._on_tasks(msg)
+            elif msg_type == CONNECTED:  # MQTT reconnected: tell the server we are here
+                self._send_join()
+
+    def _on_tasks(self, msg: Any) -> None:
+        r, phase = msg.get(p.KEY_ROUND), msg.get(p.KEY_PHASE)
+        reply = self.message(p.MSG_C2S_UPDATES, 0, **{p.KEY_ROUND: r, p.KEY_PHASE: phase})
+        try:
+            tasks = p.parse_tasks(msg.get(p.KEY_TASKS))
+        except (KeyError, TypeError, ValueError) as e:
+            reply.add_params(p.KEY_ERROR, f"unreadable tasks: {one_line(e)}")
+            self.send(reply)
+            return
+        if tasks:
+            self._maybe_stall(int(r))
+            updates, errors = self._play(tasks, msg.get(p.PAYLOAD))
+            reply.add_params(p.PAYLOAD, [p.update_to_wire(u) for u in updates])
+            if errors:
+                reply.add_params(p.KEY_ERROR, "; ".join(errors))
+        if (err := self.send(reply)) is not None:
+            self.emit(f"silo {self.rank}: could not answer round {r} {phase}: {err}")
+
+    def _play(self, tasks: list, params: Any) -> tuple[list, list[str]]:
+        updates, errors = [], []
+        for t in tasks:
+            if t.client_id not in self.devices:
+                errors.append(f"client {t.client_id} is not played by silo rank {self.rank}")
+                continue
+            try:
+                updates.append(self.trainer.run_task(t, params))
+            except Exception as e:  # one device failing is its own dropout, not the silo's
+                errors.append(f"client {t.client_id}: {one_line(e)}")
+        return updates, errors
+
+    def _maybe_stall(self, round_idx: int) -> None:
+        """fault_args.stall_*: stop answering, as a device that hangs (tests kill it here)."""
+        s = self.settings
+        if self._stalled or s.stall_in_round < 0 or round_idx < s.stall_in_round or \
+                s.stall_on_rank not in (-1, self.rank):
+            return
+        self._stalled = True
+        self.emit(f"silo {self.rank}: stalling in round {round_idx} for {s.stall_s:g}s (fault_args.stall_in_round)")
+        time.sleep(s.stall_s)

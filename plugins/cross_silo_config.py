@@ -1,0 +1,330 @@
+"""Cross-silo transport settings: which FedML backend, where the peers are, how long to wait.
+
+A cross-silo run is one server process (rank 0) and K client processes ("silos", ranks
+1..K) started separately, possibly on different machines, that talk through FedML's
+`FedMLCommManager` over gRPC or MQTT_S3. Everything a process needs to find its peers
+lives in the run config's `comm_args`, checked here before any process touches the network,
+so that a wrong rank or a missing broker setting is one clear line instead of a hang or,
+worse, FedML silently fetching the FedML cloud's broker.
+
+The keys below are read from `comm_args` / `fault_args` once `fedml_fes/config.py` declares
+them; until then this loader takes them out of the YAML itself (and coerces them the same
+way), so the config files are already in their final shape.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from fedml_fes.config import FesConfig, config_from_dict
+from fedml_fes.errors import FesError
+
+TRANSPORTS = ("GRPC", "MQTT_S3")
+
+COMM_KEYS: dict[str, Any] = {
+    "grpc_ipconfig_path": "deploy/grpc_ipconfig.csv",  # FedML's CSV: eid,rank,grpc_server_ip,grpc_server_port
+    "customized_training_mqtt_config": {},  # FedML's keys: BROKER_HOST, BROKER_PORT, MQTT_USER, ...
+    "customized_training_s3_config": {},  # FedML's keys: CN_S3_ENDPOINT, CN_S3_AKI, CN_S3_SAK, BUCKET_NAME
+    "silo_num": 0,  # client processes K (ranks 1..K); 0: the client ranks of the gRPC ipconfig
+    "run_id": "",  # MQTT topic namespace shared by all processes; empty: derived from the job
+    "round_timeout_s": 300.0,  # the server aggregates what arrived after this long, drops the rest
+    "join_timeout_s": 120.0,  # how long server and silos wait for each other at start
+    "connect_timeout_s": 5.0,  # broker / S3 / port checks before starting
+}
+FAULT_KEYS: dict[str, Any] = {  # fault injection for tests of dropouts (never set in a real run)
+    "stall_in_round": -1,  # a silo stops answering at its first tasks of this round or later
+    "stall_on_rank": -1,  # ...only this silo rank (-1: any)
+    "stall_s": 3600.0,  # ...for this long
+}
+PENDING = {"comm_args": COMM_KEYS, "fault_args": FAULT_KEYS}
+
+MQTT_REQUIRED = ("BROKER_HOST", "BROKER_PORT")
+S3_REQUIRED = ("BUCKET_NAME", "CN_S3_AKI", "CN_S3_SAK")
+IPCONFIG_COLUMNS = ("eid", "rank", "grpc_server_ip", "grpc_server_port")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class GrpcPeer:
+    """One row of FedML's gRPC ipconfig: where rank `rank` listens."""
+
+    rank: int
+    ip: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+
+@dataclass
+class CrossSiloSettings:
+    backend: str
+    silo_num: int
+    run_id: str
+    round_timeout_s: float
+    join_timeout_s: float
+    connect_timeout_s: float
+    idle_timeout_s: float  # a silo that hears nothing from the server this long gives up
+    fingerprint: str  # of the job (data, model, method, seed): every process must agree
+    grpc_ipconfig_path: str = ""
+    grpc_peers: dict[int, GrpcPeer] = field(default_factory=dict)
+    mqtt: dict[str, Any] = field(default_factory=dict)
+    s3: dict[str, Any] = field(default_factory=dict)
+    # Ids the processes have on the wire (MQTT topics), for ranks 1..K. Locally the ranks
+    # themselves; under FedML MLOps the edge ids the platform assigns.
+    silo_ids: list[int] = field(default_factory=list)
+    stall_in_round: int = -1
+    stall_on_rank: int = -1
+    stall_s: float = 3600.0
+
+    @property
+    def ranks(self) -> list[int]:
+        return list(range(1, self.silo_num + 1))
+
+    def wire_id(self, rank: int) -> int:
+        return 0 if rank == 0 else self.silo_ids[rank - 1]
+
+    def rank_of(self, wire_id: Any) -> int | None:
+        try:
+            wire = int(wire_id)
+        except (TypeError, ValueError):
+            return None
+        if wire == 0:
+            return 0
+        return self.silo_ids.index(wire) + 1 if wire in self.silo_ids else None
+
+    def owner_rank(self, client_id: int) -> int:
+        """The silo that plays (and stores the state of) emulated device `client_id`."""
+        return 1 + int(client_id) % self.silo_num
+
+    def check_rank(self, role: str, rank: int) -> None:
+        if role not in ("server", "client"):
+            raise FesError(f"--role must be server or client, got '{role}'")
+        if role == "server" and rank != 0:
+            raise FesError(f"the server is rank 0, got --rank {rank} with --role server")
+        if role == "client" and not 1 <= rank <= self.silo_num:
+            where = (f"{self.grpc_ipconfig_path} (client ranks 1-{self.silo_num})" if self.backend == "GRPC"
+                     else f"comm_args.silo_num ({self.silo_num}: ranks 1-{self.silo_num})")
+            raise FesError(f"rank {rank} is outside {where}")
+
+    def where(self, rank: int) -> str:
+        """A human description of how rank `rank` is reached, for error messages."""
+        if self.backend == "GRPC":
+            return f"rank {rank} at {self.grpc_peers[rank].address}"
+        return f"rank {rank} via the MQTT broker {self.mqtt['BROKER_HOST']}:{self.mqtt['BROKER_PORT']}"
+
+
+def job_fingerprint(cfg: FesConfig) -> str:
+    """What must be equal in every process for the rounds to mean anything."""
+    d = cfg.to_dict()
+    chosen = {k: d[k] for k in ("data_args", "model_args", "train_args", "mlm_args", "prompt_args", "pseudo_args")}
+    chosen["random_seed"] = cfg.common.random_seed
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def read_raw(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
+    """The YAML's sections as plain dicts, with `section.key` overrides applied."""
+    p = Path(path)
+    if not p.is_file():
+        raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}" if mark else ""
+        raise FesError(f"{p}:{at} is not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(raw, dict):
+        raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
+    raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
+    for dotted, value in (overrides or {}).items():
+        if "." not in dotted:
+            raise FesError(f"override '{dotted}' must look like section.key=value")
+        sec, key = dotted.split(".", 1)
+        section = raw.setdefault(sec, {})
+        if isinstance(section, dict):
+            section[key] = value
+    return raw
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    kind = type(default)
+    if kind is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise FesError(f"config key '{where}' must be a mapping, got {value!r}")
+        return dict(value)
+    if kind is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FesError(f"config key '{where}' must be an integer, got {value!r}")
+        return value
+    if kind is float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        except (TypeError, ValueError):
+            raise FesError(f"config key '{where}' must be a number, got {value!r}") from None
+    return "" if value is None else str(value)
+
+
+def split_pending(raw: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    """Take out the keys of PENDING that the config dataclasses do not declare (yet)."""
+    cfg_defaults = FesConfig()
+    taken: dict[str, dict[str, Any]] = {}
+    for section, keys in PENDING.items():
+        values = raw.get(section)
+        if not isinstance(values, dict):
+            continue
+        declared = vars(getattr(cfg_defaults, section))
+        for key, default in keys.items():
+            if key in values and key not in declared:
+                taken.setdefault(section, {})[key] = _coerce(values.pop(key), default, f"{section}.{key}")
+    return taken
+
+
+def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
+                    silo_ids: list[int] | None = None) -> tuple[FesConfig, CrossSiloSettings]:
+    """Parse a cross-silo run config: the FeS config plus its checked transport settings."""
+    raw = read_raw(path, overrides)
+    pending = split_pending(raw)
+    cfg = config_from_dict(raw, source=str(path))
+    return cfg, settings_from(cfg, pending, silo_ids)
+
+
+def _get(cfg: FesConfig, pending: dict[str, dict[str, Any]], section: str, key: str) -> Any:
+    sec = getattr(cfg, section)
+    if hasattr(sec, key):
+        return getattr(sec, key)
+    return pending.get(section, {}).get(key, PENDING[section][key])
+
+
+def settings_from(cfg: FesConfig, pending: dict[str, dict[str, Any]] | None = None,
+                  silo_ids: list[int] | None = None) -> CrossSiloSettings:
+    pending = pending or {}
+
+    def comm(key: str) -> Any:
+        return _get(cfg, pending, "comm_args", key)
+
+    def fault(key: str) -> Any:
+        return _get(cfg, pending, "fault_args", key)
+
+    if cfg.common.training_type != "cross_silo":
+        raise FesError(f"{cfg.source}: cross-silo processes need common_args.training_type: cross_silo, "
+                       f"got '{cfg.common.training_type}'")
+    backend = str(cfg.comm.backend).upper()
+    if backend not in TRANSPORTS:
+        raise FesError(f"comm_args.backend must be {' or '.join(TRANSPORTS)} for a cross-silo run, got '{cfg.comm.backend}'")
+    for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s"):
+        if not float(comm(key)) > 0:
+            raise FesError(f"comm_args.{key} must be > 0, got {comm(key)}")
+    fingerprint = job_fingerprint(cfg)
+    s = CrossSiloSettings(
+        backend=backend, silo_num=int(comm("silo_num")),
+        run_id=str(comm("run_id")) or f"fes{fingerprint}",
+        round_timeout_s=float(comm("round_timeout_s")), join_timeout_s=float(comm("join_timeout_s")),
+        connect_timeout_s=float(comm("connect_timeout_s")), idle_timeout_s=float(cfg.comm.worker_timeout_s),
+        fingerprint=fingerprint, stall_in_round=int(fault("stall_in_round")),
+        stall_on_rank=int(fault("stall_on_rank")), stall_s=float(fault("stall_s")))
+    if s.silo_num < 0:
+        raise FesError(f"comm_args.silo_num must be >= 1, got {s.silo_num}")
+    if backend == "GRPC":
+        s.grpc_ipconfig_path = str(comm("grpc_ipconfig_path"))
+        s.grpc_peers = read_ipconfig(s.grpc_ipconfig_path)
+        client_ranks = sorted(r for r in s.grpc_peers if r > 0)
+        if s.silo_num == 0:
+            s.silo_num = len(client_ranks)
+        missing = [r for r in range(0, s.silo_num + 1) if r not in s.grpc_peers]
+        if missing:
+            raise FesError(f"{s.grpc_ipconfig_path} has no row for rank(s) {missing} "
+                           f"(needs ranks 0-{s.silo_num}: the server and comm_args.silo_num={s.silo_num} silos)")
+    else:
+        s.mqtt = mqtt_settings(comm("customized_training_mqtt_config"))
+        s.s3 = s3_settings(comm("customized_training_s3_config"))
+        if s.silo_num < 1:
+            raise FesError("comm_args.silo_num must be >= 1 with MQTT_S3 (the number of client processes)")
+    if s.silo_num < 1:
+        raise FesError(f"{s.grpc_ipconfig_path} lists no client rank (rank >= 1)")
+    s.silo_ids = list(silo_ids) if silo_ids else list(range(1, s.silo_num + 1))
+    if len(s.silo_ids) != s.silo_num or len(set(s.silo_ids)) != s.silo_num or 0 in s.silo_ids:
+        raise FesError(f"client id list {s.silo_ids} must hold {s.silo_num} distinct non-zero ids")
+    return s
+
+
+def read_ipconfig(path: str) -> dict[int, GrpcPeer]:
+    """FedML's gRPC ipconfig CSV. FedML keys peers by eid and looks itself up by rank, so
+    eid must equal rank; a rank missing from the file would silently become 0.0.0.0:8890+rank."""
+    p = Path(path)
+    if not p.is_file():
+        raise FesError(f"comm_args.grpc_ipconfig_path: file not found: {path} (relative paths are from the "
+                       f"current directory; layout: {','.join(IPCONFIG_COLUMNS)})")
+    with p.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        if any(c not in header for c in IPCONFIG_COLUMNS):
+            raise FesError(f"{path}: header must be {','.join(IPCONFIG_COLUMNS)}, got {','.join(header) or 'nothing'}")
+        peers: dict[int, GrpcPeer] = {}
+        for line, row in enumerate(reader, start=2):
+            row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+            try:
+                eid, rank, port = int(row["eid"]), int(row["rank"]), int(row["grpc_server_port"])
+            except ValueError:
+                raise FesError(f"{path} line {line}: eid, rank and grpc_server_port must be integers") from None
+            if eid != rank:
+                raise FesError(f"{path} line {line}: eid {eid} must equal rank {rank} (FedML looks peers up by eid)")
+            if rank < 0 or rank in peers:
+                raise FesError(f"{path} line {line}: rank {rank} is negative or listed twice")
+            if not 0 < port < 65536 or not row["grpc_server_ip"]:
+                raise FesError(f"{path} line {line}: needs an IP address and a port in 1-65535")
+            peers[rank] = GrpcPeer(rank, row["grpc_server_ip"], port)
+    return peers
+
+
+def _expand(value: Any, where: str) -> Any:
+    """`${NAME}` in a broker/S3 setting is read from the environment (keeps secrets out of files)."""
+    if not isinstance(value, str):
+        return value
+    for name in _ENV_REF.findall(value):
+        if name not in os.environ:
+            raise FesError(f"{where} refers to ${{{name}}}, which is not set in the environment")
+    return _ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
+
+
+def mqtt_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """FedML's customized_training_mqtt_config, complete: FedML reads every key without a default."""
+    where = "comm_args.customized_training_mqtt_config"
+    values = {k: _expand(v, f"{where}.{k}") for k, v in (raw or {}).items()}
+    missing = [k for k in MQTT_REQUIRED if values.get(k) in (None, "")]
+    if missing:
+        raise FesError(f"{where} needs {', '.join(missing)} (without them FedML would fetch the FedML cloud's broker)")
+    try:
+        port, keepalive = int(values["BROKER_PORT"]), int(values.get("MQTT_KEEPALIVE") or 60)
+    except (TypeError, ValueError):
+        raise FesError(f"{where}.BROKER_PORT and MQTT_KEEPALIVE must be integers") from None
+    user = values.get("MQTT_USER") or None
+    return {"BROKER_HOST": str(values["BROKER_HOST"]), "BROKER_PORT": port, "MQTT_USER": user,
+            "MQTT_PWD": (values.get("MQTT_PWD") or None) if user else None, "MQTT_KEEPALIVE": keepalive}
+
+
+def s3_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """FedML's customized_training_s3_config: an endpoint (MinIO, moto) or an AWS region."""
+    where = "comm_args.customized_training_s3_config"
+    values = {k: _expand(v, f"{where}.{k}") for k, v in (raw or {}).items()}
+    missing = [k for k in S3_REQUIRED if values.get(k) in (None, "")]
+    if not (values.get("CN_S3_ENDPOINT") or values.get("CN_REGION_NAME")):
+        missing.append("CN_S3_ENDPOINT or CN_REGION_NAME")
+    if missing:
+        raise FesError(f"{where} needs {', '.join(missing)} (without them FedML would use the FedML cloud's storage)")
+    return {k: str(v) for k, v in values.items() if v not in (None, "")}
+

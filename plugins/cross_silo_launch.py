@@ -1,0 +1,193 @@
+"""`fedml-fes cross-silo-local`: a whole cross-silo run on this machine, supervised.
+
+Starts the server and K silo processes (each with its own run directory, as separate
+devices would have), and with `--local-services` what they need on free loopback ports:
+mosquitto and a moto S3 endpoint for MQTT_S3, or a fresh gRPC ipconfig. It shows the
+server's lines and the silos' notable ones, keeps every process's full output under
+`<run_dir>/logs/`, and lists the pids in `<run_dir>/processes.json`.
+
+Ending: when the server exits, silos get a short grace period, then everything left is
+stopped. A silo failing before all have joined is bad input: everything stops at once and
+its line is the error. A silo dying later is a dropout the server copes with. Every child
+also dies with the launcher itself (PR_SET_PDEATHSIG), so nothing is orphaned even if the
+launcher is killed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from fedml_fes.errors import FesError
+
+from .cross_silo_config import CrossSiloSettings, load_cross_silo, read_raw, split_pending
+from .cross_silo_main import TAG
+from .cross_silo_services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
+
+SILO_GRACE_S = 15.0
+
+
+class Child:
+    """One supervised process and the thread that reads its output."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
+        self.name = name
+        self.log_path = log_path
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
+        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
+        self.reader.start()
+
+    def _read(self, lines: queue.Queue) -> None:
+        with self.log_path.open("w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                if line.startswith(TAG):
+                    lines.put((self.name, line[len(TAG):].rstrip("\n")))
+        lines.put((self.name, None))
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
+    rows = ["eid,rank,grpc_server_ip,grpc_server_port"]
+    rows += [f"{r},{r},127.0.0.1,{free_port()}" for r in range(silo_num + 1)]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, local_services: bool,
+             services: list[Service]) -> tuple[Path, Path, Any, CrossSiloSettings]:
+    """Run dir, services, and the effective config every process reads, checked."""
+    from fedml_fes.config import config_from_dict
+    from fedml_fes.runtime.job import make_run_dir
+
+    raw = read_raw(config_path, overrides)
+    probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    pending = split_pending(probe)
+    cfg = config_from_dict(probe, source=str(config_path))
+    path = make_run_dir(cfg, run_dir)
+    comm = raw.setdefault("comm_args", {})
+    comm["run_id"] = comm.get("run_id") or pending.get("comm_args", {}).get("run_id") or f"fes-{path.name}"
+    backend = str(cfg.comm.backend).upper()
+    if local_services and backend == "MQTT_S3":
+        services.append(start_mosquitto(path / "services" / "mosquitto"))
+        services.append(start_s3(path / "services" / "s3"))
+        comm["customized_training_mqtt_config"] = services[0].config
+        comm["customized_training_s3_config"] = services[1].config
+    elif local_services and backend == "GRPC":
+        silo_num = int(comm.get("silo_num") or 0)
+        if silo_num < 1:  # take the count from the configured ipconfig
+            _, s = load_cross_silo(config_path, overrides)
+            silo_num = s.silo_num
+        _local_grpc_ipconfig(path / "grpc_ipconfig.csv", silo_num)
+        comm["grpc_ipconfig_path"] = str(path / "grpc_ipconfig.csv")
+        comm["silo_num"] = silo_num
+    effective = path / "cross_silo.yaml"
+    effective.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cfg, settings = load_cross_silo(effective)
+    return path, effective, cfg, settings
+
+
+def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
+              echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
+    """Run server + silos here; returns the server's summary, raises FesError with the error line."""
+    from .cli import _preflight
+    from .cross_silo_checks import check_port, preflight
+    from .inprocess import ensure_mlm_build
+    from .mpi_main import parse_overrides
+
+    services: list[Service] = []
+    children: dict[str, Child] = {}
+    try:
+        path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
+                                                  local_services, services)
+        _preflight(cfg)
+        if settings.backend == "GRPC":
+            for rank, peer in sorted(settings.grpc_peers.items()):
+                if rank <= settings.silo_num:
+                    check_port(peer.ip, peer.port, f"rank {rank} in {settings.grpc_ipconfig_path}")
+        else:
+            preflight(settings, 0)
+        ensure_mlm_build(cfg, echo)
+        echo(f"run directory: {path}")
+        env = dict(os.environ)
+        if cfg.common.torch_threads > 0:
+            env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+        (path / "logs").mkdir(exist_ok=True)
+        lines: queue.Queue = queue.Queue()
+        base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo_main", "--cf", str(effective),
+                "--tagged-output"]
+        children["server"] = Child("server", base + ["--role", "server", "--rank", "0", "--run-dir", str(path)],
+                                   path / "logs" / "server.log", env, lines)
+        for rank in settings.ranks:
+            children[f"silo{rank}"] = Child(
+                f"silo{rank}", base + ["--role", "client", "--rank", str(rank),
+                                       "--run-dir", str(path / "silos" / str(rank))],
+                path / "logs" / f"silo{rank}.log", env, lines)
+        pids = {name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}
+        (path / "processes.json").write_text(json.dumps(pids, indent=2))
+        error = _supervise(children, lines, echo, timeout_s)
+        server_rc = children["server"].proc.returncode
+    finally:
+        for child in children.values():
+            child.stop()
+        for service in services:
+            service.stop()
+    if error or server_rc != 0:
+        raise FesError(error or f"the server exited with code {server_rc} (see {path / 'logs' / 'server.log'})")
+    return json.loads((path / "summary.json").read_text())
+
+
+def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None],
+               timeout_s: float | None) -> str | None:
+    """Follow the run until the server ends; the error line, if any."""
+    server = children["server"]
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    started, error = False, None
+    reported: set[str] = set()
+    while server.proc.poll() is None or server.reader.is_alive():
+        if deadline and time.monotonic() > deadline:
+            return f"the cross-silo run did not end within {timeout_s:g}s"
+        try:
+            name, text = lines.get(timeout=0.5)
+        except queue.Empty:
+            name, text = None, None
+        if text is not None:
+            if text.startswith("error: "):
+                if name == "server":
+                    error = error or text[len("error: "):]
+                elif not started:
+                    return f"{name.replace('silo', 'silo rank ')}: {text[len('error: '):]}"
+                else:
+                    echo(f"{name}: {text}")
+            else:
+                started = started or (name == "server" and text.startswith("silos joined"))
+                echo(text)
+        for cname, child in children.items():
+            rc = child.proc.poll()
+            if cname == "server" or rc is None or cname in reported:
+                continue
+            reported.add(cname)
+            if rc != 0 and not started:
+                child.reader.join(timeout=2.0)
+                while not lines.empty():  # its error line, if it printed one
+                    n, t = lines.get_nowait()
+                    if n == cname and t and t.startswith("error: "):
+                        return f"{cname.replace('silo', 'silo rank ')}: {t[len('error: '):]}"
+                return f"{cname.replace('silo', 'silo rank ')} exited with code {rc} at start (see {child.log_path})"
+            if rc != 0:
+                echo(f"{cname.replace('silo', 'silo rank ')} exited with code {rc}")
+    end = time.monotonic() + SILO_GRACE_S
+    while time.monotonic() < end and any(c.proc.poll() is None for c in children.values()):
+        time.sleep(0.1)
+    return error

@@ -1,0 +1,113 @@
+"""Entry point of one cross-silo process, server or silo, started on its own machine.
+
+    python -m fedml_fes_plugins.cross_silo_main --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
+    python -m fedml_fes_plugins.cross_silo_main --role client --rank 1 --cf run_configs/cross_silo_grpc.yaml
+    (same as `fedml-fes cross-silo --role ... --rank ... --cf ...`; FedML MLOps starts its
+    packages with exactly these flags)
+
+Order matters for bad input: settings and rank are checked first, then the port / broker /
+S3 endpoint (seconds, before loading any model), then FedML and the job. Every failure is
+one `error: ...` line and exit code 1.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from fedml_fes.errors import FesError
+
+TAG = "@fes "
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--role", required=True, choices=("server", "client"), help="server (rank 0) or client (a silo)")
+    p.add_argument("--rank", required=True, type=int, help="0 for the server, 1..K for the silos")
+    p.add_argument("--cf", required=True, help="run config YAML (training_type: cross_silo)")
+    p.add_argument("--run-dir", default=None,
+                   help="this process's run directory; a silo keeps its devices' state there, so restart it "
+                        "on the same one (default: a new one under output_dir)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config key (repeatable)")
+    p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.cross_silo_main",
+                                description="One process of a FeS cross-silo run (FedML gRPC or MQTT_S3).")
+    add_arguments(p)
+    return p.parse_args(argv)
+
+
+def default_run_dir(cfg: Any, role: str, rank: int) -> Path:
+    from fedml_fes.runtime.job import default_run_name
+    name = cfg.common.run_name or default_run_name(cfg)
+    return Path(cfg.common.output_dir) / (name if role == "server" else f"{name}-silo{rank}")
+
+
+def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids: list[int] | None = None) -> int:
+    """Run one role; raises FesError for anything the user can fix."""
+    from .cross_silo_checks import preflight
+    from .cross_silo_config import load_cross_silo
+    from .mpi_main import parse_overrides
+
+    cfg, settings = load_cross_silo(opts.cf, parse_overrides(opts.set), silo_ids)
+    settings.check_rank(opts.role, opts.rank)
+    preflight(settings, opts.rank)
+    logging.basicConfig(level=cfg.tracking_args.log_level)
+    from fedml_fes.runtime.job import build_job, make_run_dir
+
+    from .cross_silo_transport import fedml_args
+    from .fedml_offline import offline_fedml_init
+    run_dir = make_run_dir(cfg, opts.run_dir or str(default_run_dir(cfg, opts.role, opts.rank)))
+    if opts.role == "server":
+        from .inprocess import ensure_mlm_build
+        ensure_mlm_build(cfg, emit)
+    args = offline_fedml_init(fedml_args(cfg, settings, opts.rank), run_dir)
+    logging.getLogger().setLevel(cfg.tracking_args.log_level)
+    job = build_job(cfg, role="server" if opts.role == "server" else "client", run_dir=run_dir)
+    # The model is loaded: from here on FedML's S3 client caches downloads under ~/.fedml;
+    # keep that inside the run directory, like everything else a run writes.
+    home = run_dir / "fedml_home"
+    home.mkdir(exist_ok=True)
+    os.environ["HOME"] = str(home)
+    if opts.role == "server":
+        from .cross_silo_server import SiloServer
+        emit(f"run directory: {run_dir}")
+        server = SiloServer(args, job, run_dir, settings, emit)
+        server.serve()
+        if server.error:
+            raise FesError(server.error)
+        emit(f"done: {job.method.primary_metric}={server.summary.get('final')} (summary.json in {run_dir})")
+        return 0
+    from .cross_silo_client import SiloClient
+    emit(f"silo {opts.rank}: run directory {run_dir}")
+    SiloClient(args, job, settings, opts.rank, emit).play()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    prefix = TAG if opts.tagged_output else ""
+
+    def emit(line: str) -> None:
+        print(prefix + line, flush=True)
+
+    try:
+        return run_process(opts, emit)
+    except FesError as e:
+        emit(f"error: {e}")
+    except KeyboardInterrupt:
+        emit("error: interrupted")
+        return 130
+    except Exception as e:
+        logging.exception("cross-silo %s rank %s failed", opts.role, opts.rank)
+        emit(f"error: {opts.role} rank {opts.rank}: {type(e).__name__}: {' '.join(str(e).split())}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""A real MQTT broker (mosquitto) and an S3-compatible endpoint (moto), on free loopback ports.
+
+For local cross-silo runs and their tests: MQTT_S3 needs both, and nothing may reach the
+FedML cloud. Production points `customized_training_mqtt_config` / `_s3_config` at its own
+broker and MinIO / AWS S3 instead (docs/DEPLOY.md). Every process started here dies with
+the process that started it (PR_SET_PDEATHSIG on Linux), so a killed launcher leaves no
+broker behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedml_fes.errors import FesError
+
+MOSQUITTO_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGKILL when its parent dies (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; always reaps."""
+    if proc.poll() is None:
+        try:
+            proc.terminate()
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+
+def wait_for_port(host: str, port: int, proc: subprocess.Popen, name: str, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            raise FesError(f"{name} exited at start (code {proc.returncode}): {' | '.join(tail) or 'no output'}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    stop_process(proc)
+    raise FesError(f"{name} did not listen on {host}:{port} within {timeout_s:g}s (see {log})")
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen
+    host: str
+    port: int
+    log: Path
+    config: dict[str, Any] = field(default_factory=dict)  # what FedML's customized_* config needs
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def find_mosquitto() -> str:
+    found = shutil.which("mosquitto") or next((p for p in MOSQUITTO_PATHS if os.access(p, os.X_OK)), None)
+    if not found:
+        raise FesError("mosquitto not found: install it (Debian/Ubuntu: apt-get install mosquitto; "
+                       "macOS: brew install mosquitto)")
+    return found
+
+
+def _password_file(path: Path, users: dict[str, str], mosquitto: str) -> None:
+    tool = shutil.which("mosquitto_passwd") or str(Path(mosquitto).parent.parent / "bin" / "mosquitto_passwd")
+    path.write_text("")
+    for user, password in users.items():
+        out = subprocess.run([tool, "-b", str(path), user, password], capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            raise FesError(f"mosquitto_passwd failed: {out.stderr.strip() or out.stdout.strip()}")
+
+
+def start_mosquitto(workdir: Path, port: int | None = None, users: dict[str, str] | None = None,
+                    timeout_s: float = 10.0) -> Service:
+    """mosquitto on 127.0.0.1 only; anonymous unless `users` (name -> password) is given."""
+    exe = find_mosquitto()
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    lines = [f"listener {port} 127.0.0.1", "persistence false", "log_dest stdout",
+             f"allow_anonymous {'false' if users else 'true'}"]
+    if users:
+        _password_file(workdir / "mosquitto.passwd", users, exe)
+        lines.append(f"password_file {workdir / 'mosquitto.passwd'}")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        lines.append("user root")  # else it drops to 'mosquitto', who cannot read a private workdir
+    conf = workdir / "mosquitto.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    log = workdir / "mosquitto.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([exe, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+    wait_for_port("127.0.0.1", port, proc, "mosquitto", log, timeout_s)
+    return Service("mosquitto", proc, "127.0.0.1", port, log,
+                   {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": port, "MQTT_KEEPALIVE": 60,
+                    **({"MQTT_USER": next(iter(users)), "MQTT_PWD": next(iter(users.values()))} if users else {})})
+
+
+def start_s3(workdir: Path, port: int | None = None, bucket: str = "fes", timeout_s: float = 30.0,
+             env: dict[str, str] | None = None, create_bucket: bool = True) -> Service:
+    """moto's S3 server on 127.0.0.1 with `bucket` created; any keys work (moto checks none)."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    log = workdir / "moto.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)
+    wait_for_port("127.0.0.1", port, proc, "moto S3 server", log, timeout_s)
+    config = {"CN_S3_ENDPOINT": f"http://127.0.0.1:{port}", "CN_REGION_NAME": "us-east-1",
+              "CN_S3_AKI": "fes-local", "CN_S3_SAK": "fes-local-secret", "BUCKET_NAME": bucket}
+    service = Service("moto", proc, "127.0.0.1", port, log, config)
+    if create_bucket:
+        try:
+            s3_client(config).create_bucket(Bucket=bucket)
+        except Exception as e:
+            service.stop()
+            raise FesError(f"could not create bucket '{bucket}' on the local S3 endpoint: {e}") from None
+    return service
+
+
+def s3_client(config: dict[str, Any]) -> Any:
+    import boto3
+    from botocore.config import Config
+    return boto3.client("s3", endpoint_url=config.get("CN_S3_ENDPOINT"), region_name=config.get("CN_REGION_NAME"),
+                        aws_access_key_id=config["CN_S3_AKI"], aws_secret_access_key=config["CN_S3_SAK"],
+                        config=Config(signature_version="s3v4", retries={"max_attempts": 2}))
