@@ -3,6 +3,9 @@
     fedml-fes demo                                  embedded default, in-process, offline
     fedml-fes run --cf run_configs/X.yaml           any config, in-process runtime
     fedml-fes mpirun -np 3 --cf run_configs/X.yaml  same job under mpirun (FedML MPI comm)
+    fedml-fes cross-silo --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
+                                                    one cross-silo process (FedML gRPC / MQTT_S3)
+    fedml-fes cross-silo-local --cf run_configs/cross_silo_grpc.yaml   server + silos here
 
 Every user error is one line on stderr (`fedml-fes: error: ...`) and a non-zero exit code.
 """
@@ -61,6 +64,32 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(mpi)
 
+    silo = sub.add_parser("cross-silo", help="one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
+                          description="Start the server (--role server --rank 0) or one client process "
+                                      "(--role client --rank k) of a cross-silo run; each on its own machine. "
+                                      "See docs/DEPLOY.md.")
+    from .cross_silo_main import add_arguments as add_silo_arguments
+    add_silo_arguments(silo)
+
+    local = sub.add_parser("cross-silo-local", help="a whole cross-silo run on this machine (server + silos)",
+                           description="Start the server and every client process of a cross-silo config here, "
+                                       "supervised; logs in <run_dir>/logs/.")
+    local.add_argument("--cf", required=True, help="run config YAML (training_type: cross_silo)")
+    local.add_argument("--local-services", action="store_true",
+                       help="use free loopback ports: start mosquitto and a moto S3 endpoint (MQTT_S3), "
+                            "or write a fresh gRPC ipconfig (GRPC)")
+    _add_common(local)
+
+    plan = sub.add_parser("plan", help="choose the co-planning depth by binary search with short proxy runs",
+                          description="Probe trainable depths (bias-only top layers) with short in-process runs "
+                                      "of the config and pick the shallowest within --tolerance of the deepest.")
+    plan.add_argument("--cf", required=True, help="run config YAML (a prompt method, e.g. fes)")
+    plan.add_argument("--rounds", type=int, default=3, help="proxy rounds per probed depth (default 3)")
+    plan.add_argument("--tolerance", type=float, default=0.01, help="accuracy loss allowed (default 0.01)")
+    plan.add_argument("--max-depth", type=int, default=0, help="deepest plan probed (default: all layers)")
+    plan.add_argument("--out", default=None, help="where probe runs and plan.json go (default: <output_dir>/plan)")
+    _add_common(plan)
+
     part = sub.add_parser("partition", help="show a config's partition: per-client counts, CSV, heat map",
                           description="Build the config's client partition (no training): print per-client "
                                       "counts and write partition.csv and partition.png.")
@@ -97,14 +126,29 @@ def _preflight(cfg: FesConfig) -> None:
     mlm_build_config(cfg)
 
 
+def _cross_silo(opts: argparse.Namespace) -> int:
+    """The cross-silo roles read their transport settings with their own loader."""
+    if opts.command == "cross-silo":
+        from .cross_silo_main import run_guarded
+        return run_guarded(opts, lambda line: print(line, flush=True))
+    from .cross_silo_launch import run_local
+    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     run_dir = None
     try:
+        if opts.command in ("cross-silo", "cross-silo-local"):
+            return _cross_silo(opts)
         cfg = _config(opts)
         if opts.command == "partition":
             from .partition_cli import run_partition
             return run_partition(cfg, opts)
+        if opts.command == "plan":
+            from .plan_cli import run_plan
+            return run_plan(cfg, opts)
         _preflight(cfg)
         from fedml_fes.runtime.job import make_run_dir
         if opts.command == "mpirun":

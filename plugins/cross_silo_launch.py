@@ -155,21 +155,23 @@ def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[s
     deadline = time.monotonic() + timeout_s if timeout_s else None
     started, error = False, None
     reported: set[str] = set()
-    while server.proc.poll() is None or server.reader.is_alive():
+    while True:
         if deadline and time.monotonic() > deadline:
             return f"the cross-silo run did not end within {timeout_s:g}s"
         try:
             name, text = lines.get(timeout=0.5)
         except queue.Empty:
+            if server.proc.poll() is not None and not server.reader.is_alive() and lines.empty():
+                break
             name, text = None, None
         if text is not None:
             if text.startswith("error: "):
                 if name == "server":
                     error = error or text[len("error: "):]
                 elif not started:
-                    return f"{name.replace('silo', 'silo rank ')}: {text[len('error: '):]}"
+                    return f"{_who(name)}: {text[len('error: '):]}"
                 else:
-                    echo(f"{name}: {text}")
+                    echo(f"{_who(name)}: {text}")
             else:
                 started = started or (name == "server" and text.startswith("silos joined"))
                 echo(text)
@@ -183,11 +185,15 @@ def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[s
                 while not lines.empty():  # its error line, if it printed one
                     n, t = lines.get_nowait()
                     if n == cname and t and t.startswith("error: "):
-                        return f"{cname.replace('silo', 'silo rank ')}: {t[len('error: '):]}"
-                return f"{cname.replace('silo', 'silo rank ')} exited with code {rc} at start (see {child.log_path})"
+                        return f"{_who(cname)}: {t[len('error: '):]}"
+                return f"{_who(cname)} exited with code {rc} at start (see {child.log_path})"
             if rc != 0:
-                echo(f"{cname.replace('silo', 'silo rank ')} exited with code {rc}")
+                echo(f"{_who(cname)} exited with code {rc}")
     end = time.monotonic() + SILO_GRACE_S
     while time.monotonic() < end and any(c.proc.poll() is None for c in children.values()):
         time.sleep(0.1)
     return error
+
+
+def _who(name: str) -> str:
+    return name.replace("silo", "silo rank ") if name.startswith("silo") else name

@@ -89,6 +89,17 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     return 0
 
 
+def run_guarded(opts: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    """`run_process` with anything unexpected turned into one FesError line (traceback in the log)."""
+    try:
+        return run_process(opts, emit)
+    except (FesError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        logging.exception("cross-silo %s rank %s failed", opts.role, opts.rank)
+        raise FesError(f"{opts.role} rank {opts.rank}: {type(e).__name__}: {e}") from e
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     prefix = TAG if opts.tagged_output else ""
@@ -97,15 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         print(prefix + line, flush=True)
 
     try:
-        return run_process(opts, emit)
+        return run_guarded(opts, emit)
     except FesError as e:
         emit(f"error: {e}")
     except KeyboardInterrupt:
         emit("error: interrupted")
         return 130
-    except Exception as e:
-        logging.exception("cross-silo %s rank %s failed", opts.role, opts.rank)
-        emit(f"error: {opts.role} rank {opts.rank}: {type(e).__name__}: {' '.join(str(e).split())}")
     return 1
 
 

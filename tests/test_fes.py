@@ -217,3 +217,36 @@ def test_knn_larger_than_every_pool_is_an_error(tmp_path, tiny_model_dir):
                                        filter_args={"knn": 500}))
     with pytest.raises(FesError, match="filter_args.knn=500 is larger than every client's unlabeled pool"):
         build_job(cfg, "both", tmp_path / "run")
+
+
+# ---- the co-planning planner ----------------------------------------------------------------
+
+def test_planner_binary_search_finds_shallowest_good_depth():
+    from fedml_fes.tuning.planner import Probe, search_depth
+    calls = []
+
+    def probe(d):
+        calls.append(d)
+        return Probe(d, accuracy=min(0.9, 0.5 + 0.1 * d), cost=float(d), payload_bytes=100 * d)
+    result = search_depth(24, probe, tolerance=0.01)
+    assert result.chosen.depth == 4 and result.reference.depth == 24
+    assert len(calls) <= 7 and len(set(calls)) == len(calls)  # log2(24) probes, none repeated
+    assert "(chosen)" in result.table()
+    with pytest.raises(FesError, match="depth range"):
+        search_depth(0, probe, 0.01)
+
+
+def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir):
+    import subprocess
+    import sys
+
+    from .conftest import write_config
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+                       pacing_args={"mode": "static"}, filter_args={"method": "random"})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli", "plan", "--cf", str(cf), "--rounds", "1",
+                          "--out", str(tmp_path / "plan")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "chosen plan: tuning_args:" in out.stdout
+    assert (tmp_path / "plan" / "plan.json").is_file()
