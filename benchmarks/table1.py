@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402  (benchmarks/common.py)
 from fedml_fes.config import load_config
 from fedml_fes.errors import FesError
 
@@ -28,24 +31,16 @@ LABELS = {"fedcls": "FedCLS (vanilla)", "prompt_only": "Prompt-only", "pseudo_on
 
 
 def run_one(cf: str, out: Path, method: str, seed: int, rounds: int | None) -> dict:
-    from fedml_fes_plugins.inprocess import run_in_process
-    from fedml_fes.runtime.job import make_run_dir
-
-    run_dir = out / f"{method}-s{seed}"
-    summary_path = run_dir / "summary.json"
-    if summary_path.is_file() and json.loads(summary_path.read_text()).get("status") == "completed":
-        return json.loads(summary_path.read_text())
-    overrides = {"common_args.random_seed": seed, "common_args.output_dir": str(out.parent)}
-    overrides["train_args.method"] = "fedcls" if method == "full_label" else method
+    overrides = {"common_args.random_seed": seed, "train_args.method": "fedcls" if method == "full_label" else method}
     if rounds:
         overrides["train_args.comm_round"] = rounds
-    cfg = load_config(cf, overrides)
-    if method == "full_label":  # every training example is a gold label, on every client
+
+    def full_label(cfg) -> None:  # every training example is a gold label, on every client
         from fedml_fes.data.federated import load_splits
         cfg.data.gold_labels = len(load_splits(cfg)[0])
         cfg.data.gold_sparsity = 100.0
-    return run_in_process(cfg, make_run_dir(cfg, str(run_dir)), progress=False,
-                          echo=lambda line: print(f"  [{method} s{seed}] {line}", flush=True))
+    return common.run_one(cf, out / f"{method}-s{seed}", overrides, full_label if method == "full_label" else None,
+                          tag=f"{method} s{seed}")
 
 
 def write_table(out: Path, methods: list[str], seeds: list[int], cf: str) -> str:
