@@ -42,11 +42,10 @@ def test_configurator_trials_then_picks_best_then_switches():
     c = PacingConfigurator(grid, trial_rounds=1, top=2, switch_threshold=0.0, infer_latency=0.5,
                            train_latency=1.0)
     events = []
-    accs = [0.30, 0.31, 0.40, 0.41]  # trial gains: 0.01, 0.09 (rel. to previous), 0.01
-    c.observe(-1, 0.30)  # baseline before round 0 is the window start
-    c.window_start_round = 0
-    for r, acc in enumerate(accs[1:]):
+    c.start(0.30)  # accuracy before round 0
+    for r, acc in enumerate([0.31, 0.40, 0.41]):  # trial gains: 0.01, 0.09, 0.01
         events += c.observe(r, acc)
+    assert "delta_acc=+0.0100" in events[0]
     assert c.current == Pacing(2, 2, 5) and len(c.ranked) == 2
     assert any("pacing chose <f=2, n=2, k=5%>" in e for e in events)
     events = c.observe(3, 0.40)  # accuracy fell: AUG-E < s -> switch to the next of the top t

@@ -83,13 +83,19 @@ class PacingConfigurator:
     def trialing(self) -> bool:
         return not self.ranked
 
+    def start(self, acc: float) -> None:
+        """The accuracy before the first round: the first trial's baseline."""
+        self.window_start_acc = acc
+
     def score(self, delta_acc: float, p: Pacing) -> float:
         return aug_e(delta_acc, p, self.l_i, self.l_t, self.eta, self.theta)
 
     def observe(self, round_idx: int, acc: float) -> list[str]:
         """Feed the accuracy after `round_idx`; returns the decisions taken (log lines)."""
-        if self.window_start_acc is None:
+        if self.window_start_acc is None:  # start() was not called: this round is the baseline
             self.window_start_acc = acc
+            self.window_start_round = round_idx + 1
+            return []
         if round_idx + 1 - self.window_start_round < self.r:
             return []
         delta = acc - self.window_start_acc

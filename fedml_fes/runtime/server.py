@@ -110,6 +110,7 @@ class RoundServer:
             self.pacer = PacingConfigurator(parse_grid(pc.grid), pc.trial_rounds, pc.top, pc.switch_threshold,
                                             pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta)
             self.val_set = stratified_subsample(self.job.data.test, pc.val_examples, self.cfg.common.random_seed)
+            self.pacer.start(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
 
     def current_pacing(self) -> Pacing | None:
         if self.pacing_mode == "adaptive":
