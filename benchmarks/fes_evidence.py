@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--out", default="runs/fes_evidence")
+    p.add_argument("--out", default="runs/agnews", help="shared with table1.py: same runs are reused")
     opts = p.parse_args(argv)
     out = Path(opts.out)
     results = {}

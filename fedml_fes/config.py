@@ -134,6 +134,7 @@ class PromptConfig:
 class PseudoConfig:
     """Pseudo-labeling passes (the inference runtime) and what they keep."""
 
+    start_round: int = 0  # no labeling pass before this round (warm up on gold labels first)
     label_every: int = 1  # f: a labeling pass every f rounds
     label_clients: int = 5  # n: clients that label per pass
     per_pass: int = 100  # static pacing: pseudo labels added per labeling client per pass
@@ -182,6 +183,23 @@ class PacingConfig:
 
 
 @dataclass
+class CostConfig:
+    """Cost emulation: which device profiles and network a run's report applies (docs/BENCHMARK.md).
+
+    Runs record device-independent work (FLOPs, bytes, memory) in client_costs.csv; these
+    settings only say how reports turn it into emulated time and energy.
+    """
+
+    devices: list = field(default_factory=lambda: ["jetson_tx2", "rpi_4b", "host"])  # profile names or .yaml paths
+    device_dir: str = ""  # extra folder searched first for <name>.yaml profiles
+    bandwidth_MBps: float = 1.0  # downlink, MB/s (10^6 bytes); the paper's slow link
+    uplink_MBps: float = 0.0  # 0: same as bandwidth_MBps
+    bandwidth_sweep: list = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])  # MB/s
+    convergence_tail: int = 3  # convergence accuracy = mean of the last N evaluated rounds
+    measure_memory: bool = True  # peak training memory from tensors saved for backward
+
+
+@dataclass
 class CommConfig:
     """Transport settings (FedML keys)."""
 
@@ -222,6 +240,7 @@ class FesConfig:
     tuning_args: TuningConfig = field(default_factory=TuningConfig)
     filter_args: FilterConfig = field(default_factory=FilterConfig)
     pacing_args: PacingConfig = field(default_factory=PacingConfig)
+    cost_args: CostConfig = field(default_factory=CostConfig)
     comm_args: CommConfig = field(default_factory=CommConfig)
     device_args: DeviceConfig = field(default_factory=DeviceConfig)
     tracking_args: TrackingConfig = field(default_factory=TrackingConfig)
@@ -268,6 +287,10 @@ class FesConfig:
     @property
     def pacing(self) -> PacingConfig:
         return self.pacing_args
+
+    @property
+    def cost(self) -> CostConfig:
+        return self.cost_args
 
     @property
     def comm(self) -> CommConfig:
@@ -461,6 +484,7 @@ def validate(cfg: FesConfig) -> None:
     from .pseudo.pacing import parse_grid  # one error line for a malformed entry
     parse_grid(pa.grid)
     p = cfg.pseudo
+    _check(p.start_round >= 0, "pseudo_args.start_round must be >= 0")
     _check(p.label_every >= 1 and p.label_clients >= 1 and p.per_pass >= 1,
            "pseudo_args.label_every, label_clients and per_pass must be >= 1")
     _check(0 <= p.confidence_threshold < 1, "pseudo_args.confidence_threshold must be in [0, 1)")
@@ -473,3 +497,5 @@ def validate(cfg: FesConfig) -> None:
         from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
         split_pattern(cfg.prompt.pattern)
     _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")
+    from .cost.settings import validate_cost  # one error line naming the key or the profile
+    validate_cost(cfg.cost)

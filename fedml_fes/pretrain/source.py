@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..config import FesConfig, load_config
 from ..errors import FesError
-from .cache import load_cached_info
+from .cache import load_cached_info, mlm_cache_path
 
 
 def mlm_build_config(cfg: FesConfig) -> FesConfig | None:
@@ -30,4 +30,4 @@ def resolve_mlm_path(cfg: FesConfig) -> str:
     if info is None:
         raise FesError(f"the MLM head from {cfg.model.mlm_from} is not built yet: run "
                        f"`fedml-fes run --cf {cfg.model.mlm_from}` first")
-    return info["path"]
+    return str(mlm_cache_path(mlm_cfg))  # not info["path"]: that may be relative to another cwd

@@ -83,15 +83,18 @@ class PacingConfigurator:
     def trialing(self) -> bool:
         return not self.ranked
 
-    def start(self, acc: float) -> None:
-        """The accuracy before the first round: the first trial's baseline."""
+    def start(self, acc: float, first_round: int = 0) -> None:
+        """The accuracy before `first_round` (the first labeling round): the first trial's baseline."""
         self.window_start_acc = acc
+        self.window_start_round = first_round
 
     def score(self, delta_acc: float, p: Pacing) -> float:
         return aug_e(delta_acc, p, self.l_i, self.l_t, self.eta, self.theta)
 
     def observe(self, round_idx: int, acc: float) -> list[str]:
         """Feed the accuracy after `round_idx`; returns the decisions taken (log lines)."""
+        if round_idx < self.window_start_round:  # warm-up rounds before pacing starts
+            return []
         if self.window_start_acc is None:  # start() was not called: this round is the baseline
             self.window_start_acc = acc
             self.window_start_round = round_idx + 1

@@ -21,6 +21,7 @@ from ..data.readers import LabeledTexts, stratified_subsample
 from ..errors import FesError
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
 from ..tuning.split import ActivationCache
+from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
 from ..tuning.params import fedavg, load_trainable, payload_bytes, trainable_state, validate_update
 from .job import Job
@@ -29,6 +30,15 @@ from .tasks import ClientTask, ClientUpdate, task_seed
 
 LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "inferred_fraction",
                  "label_compute_s_max", "label_bytes_down")
+
+
+def _sent_bytes(params: Any) -> int:
+    """Bytes of an update as sent; a malformed one (rejected anyway) counts its tensors only."""
+    try:
+        return payload_bytes(params)
+    except (AttributeError, TypeError):
+        return sum(t.numel() * t.element_size() for t in getattr(params, "values", list)()
+                   if isinstance(t, torch.Tensor))
 
 
 class AggregatorLike(Protocol):
@@ -88,6 +98,7 @@ class RoundServer:
         self.job = job
         self.aggregator = aggregator
         self.recorder = recorder
+        self.cost_log = ClientCostLog(recorder.run_dir)  # per-client task records for the cost emulation
         self.cfg = job.cfg
         self._gold_eligible = job.method.eligible_clients(job.data)
         self._round_started = time.perf_counter()
@@ -145,7 +156,7 @@ class RoundServer:
 
     def labeling_due(self, round_idx: int) -> bool:
         p = self.cfg.pseudo
-        if not self.job.method.uses_pseudo:
+        if not self.job.method.uses_pseudo or round_idx < p.start_round:
             return False
         pacing = self.current_pacing()
         since = self.pacer.window_start_round if self.pacer is not None else 0
@@ -179,6 +190,9 @@ class RoundServer:
             self.pseudo_counts[r.client_id] = int(r.metrics.get("pseudo_count", 0))
             ids += list(r.report.get("example_ids", []))
             labels += list(r.report.get("labels", []))
+        down = payload_bytes(self.global_params())
+        self.cost_log.append([cost_row(round_idx, "label", r.client_id, r.metrics, down, 0)
+                              for r in sorted(results, key=lambda u: u.client_id)])
         oracle = self.job.oracle
         self._label_row = {
             "label_clients": [r.client_id for r in sorted(results, key=lambda u: u.client_id)],
@@ -212,6 +226,10 @@ class RoundServer:
                 accepted.append(u)
             except FesError as e:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
+        down = payload_bytes(reference)
+        ok = {id(u) for u in accepted}
+        self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, _sent_bytes(u.params),
+                                       accepted=id(u) in ok) for u in sorted(updates, key=lambda u: u.client_id)])
         if not accepted:
             raise FesError(f"round {round_idx}: no valid client update to aggregate")
         raw, _ = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in accepted])
@@ -224,11 +242,16 @@ class RoundServer:
             scores = dict(self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args()))
             self.last_scores = scores
         pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
-        if self.pacer is not None:  # AUG-E needs the accuracy after every round
+        if self.pacer is not None and round_idx + 1 == self.cfg.pseudo.start_round:  # warm-up over
+            self.pacer.start(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"],
+                             round_idx + 1)
+        elif self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:  # AUG-E: accuracy every round
             val = self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"]
             for event in self.pacer.observe(round_idx, val):
                 self.recorder.log_event(f"round {round_idx}: {event}")
             scores["val_acc"] = val
+        if self.pacer is not None:
+            scores.setdefault("val_acc", float("nan"))  # keep the column from the first row on
         per_class = scores.pop("per_class_acc", None)
         if per_class is not None and self._client_dists is not None:
             scores["client_mean_acc"] = float(np.mean(self._client_dists @ np.nan_to_num(np.asarray(per_class))))
