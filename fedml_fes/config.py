@@ -206,6 +206,15 @@ class CommConfig:
     backend: str = "MPI"
     mpi_host_file: str = "mpi/mpi_host_file"
     worker_timeout_s: float = 600.0  # a worker silent this long ends the run
+    # cross-silo (FedML gRPC / MQTT_S3), see docs/DEPLOY.md
+    grpc_ipconfig_path: str = "deploy/grpc_ipconfig.csv"
+    customized_training_mqtt_config: dict = field(default_factory=dict)
+    customized_training_s3_config: dict = field(default_factory=dict)
+    silo_num: int = 0  # client processes; 0: as many as the gRPC ipconfig lists
+    run_id: str = ""
+    round_timeout_s: float = 300.0  # a phase waits this long, then aggregates what arrived
+    join_timeout_s: float = 120.0  # every client process must join within this
+    connect_timeout_s: float = 5.0  # broker / endpoint reachability checks
 
 
 @dataclass
@@ -226,6 +235,9 @@ class FaultConfig:
 
     raise_in_round: int = -1  # a client raises while training in this round
     raise_on_client: int = -1  # ...only this client id (-1: the first client of the round)
+    stall_in_round: int = -1  # a client process stops answering in this round (cross-silo tests)
+    stall_on_rank: int = -1
+    stall_s: float = 3600.0
 
 
 @dataclass
@@ -496,6 +508,9 @@ def validate(cfg: FesConfig) -> None:
     if cfg.prompt.pattern:
         from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
         split_pattern(cfg.prompt.pattern)
+    _check(cfg.comm.silo_num >= 0, "comm_args.silo_num must be >= 0")
+    _check(min(cfg.comm.round_timeout_s, cfg.comm.join_timeout_s, cfg.comm.connect_timeout_s) > 0,
+           "comm_args timeouts must be > 0")
     _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")
     from .cost.settings import validate_cost  # one error line naming the key or the profile
     validate_cost(cfg.cost)

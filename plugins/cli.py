@@ -90,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--out", default=None, help="where probe runs and plan.json go (default: <output_dir>/plan)")
     _add_common(plan)
 
+    bench = sub.add_parser("bench", help="FedCLS, FedFSL, FedFSL-BIAS, FeS and ablations side by side, with costs",
+                           description="Run every method of a benchmark preset on the same partition and seeds "
+                                       "(resumable), then write the cost report (markdown, CSV, PNG): accuracy, "
+                                       "time to accuracy on emulated devices, traffic, energy, peak memory. "
+                                       "See docs/BENCHMARK.md.")
+    from .bench_cli import add_arguments as add_bench_arguments
+    add_bench_arguments(bench)
+
     part = sub.add_parser("partition", help="show a config's partition: per-client counts, CSV, heat map",
                           description="Build the config's client partition (no training): print per-client "
                                       "counts and write partition.csv and partition.png.")
@@ -142,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if opts.command in ("cross-silo", "cross-silo-local"):
             return _cross_silo(opts)
+        if opts.command == "bench":
+            from .bench_cli import run_bench_command
+            return run_bench_command(opts)
         cfg = _config(opts)
         if opts.command == "partition":
             from .partition_cli import run_partition

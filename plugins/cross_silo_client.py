@@ -77,8 +77,8 @@ class SiloClient(QueuedCommManager):
             elif msg_type == p.MSG_S2C_WELCOME:
                 if msg.get(p.KEY_ERROR):
                     raise FesError(f"the server refused silo rank {self.rank}: {msg.get(p.KEY_ERROR)}")
-                state = self.stored_state()
-                held = f"; resuming with stored state of clients {state}" if state else ""
+                state = ", ".join(f"client {c}: {n} pseudo labels" for c, n in self.stored_state().items())
+                held = f"; resuming with stored state ({state})" if state else ""
                 self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{held}")
                 return
             elif msg_type == p.MSG_S2C_FINISH:

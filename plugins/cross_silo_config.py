@@ -79,9 +79,10 @@ class CrossSiloSettings:
     grpc_peers: dict[int, GrpcPeer] = field(default_factory=dict)
     mqtt: dict[str, Any] = field(default_factory=dict)
     s3: dict[str, Any] = field(default_factory=dict)
-    # Ids the processes have on the wire (MQTT topics), for ranks 1..K. Locally the ranks
-    # themselves; under FedML MLOps the edge ids the platform assigns.
-    silo_ids: list[int] = field(default_factory=list)
+    # Ids the silos have on the wire (MQTT topics), by rank. Locally the ranks themselves;
+    # under FedML MLOps the edge ids the platform assigns (a silo knows only its own).
+    silo_ids: dict[int, int] = field(default_factory=dict)
+    server_id: int = 0  # the server's id in MQTT topics (FedML MLOps: its edge id)
     stall_in_round: int = -1
     stall_on_rank: int = -1
     stall_s: float = 3600.0
@@ -91,7 +92,8 @@ class CrossSiloSettings:
         return list(range(1, self.silo_num + 1))
 
     def wire_id(self, rank: int) -> int:
-        return 0 if rank == 0 else self.silo_ids[rank - 1]
+        """The id in a message's sender / receiver field (0 for the server, as FedML does)."""
+        return 0 if rank == 0 else self.silo_ids.get(rank, rank)
 
     def rank_of(self, wire_id: Any) -> int | None:
         try:
@@ -100,7 +102,7 @@ class CrossSiloSettings:
             return None
         if wire == 0:
             return 0
-        return self.silo_ids.index(wire) + 1 if wire in self.silo_ids else None
+        return next((rank for rank, w in self.silo_ids.items() if w == wire), None)
 
     def owner_rank(self, client_id: int) -> int:
         """The silo that plays (and stores the state of) emulated device `client_id`."""
@@ -195,12 +197,22 @@ def split_pending(raw: dict[str, dict]) -> dict[str, dict[str, Any]]:
 
 
 def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
-                    silo_ids: list[int] | None = None) -> tuple[FesConfig, CrossSiloSettings]:
-    """Parse a cross-silo run config: the FeS config plus its checked transport settings."""
+                    silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> tuple[FesConfig, CrossSiloSettings]:
+    """Parse a cross-silo run config: the FeS config plus its checked transport settings.
+
+    `silo_ids` (rank -> id) and `server_id` are the wire ids FedML MLOps assigns; by default
+    the ranks themselves."""
     raw = read_raw(path, overrides)
     pending = split_pending(raw)
     cfg = config_from_dict(raw, source=str(path))
-    return cfg, settings_from(cfg, pending, silo_ids)
+    return cfg, settings_from(cfg, pending, silo_ids, server_id)
+
+
+def load_job_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
+    """Only the FeS job of a cross-silo config (e.g. to run it in-process for comparison)."""
+    raw = read_raw(path, overrides)
+    split_pending(raw)
+    return config_from_dict(raw, source=str(path))
 
 
 def _get(cfg: FesConfig, pending: dict[str, dict[str, Any]], section: str, key: str) -> Any:
@@ -211,7 +223,7 @@ def _get(cfg: FesConfig, pending: dict[str, dict[str, Any]], section: str, key: 
 
 
 def settings_from(cfg: FesConfig, pending: dict[str, dict[str, Any]] | None = None,
-                  silo_ids: list[int] | None = None) -> CrossSiloSettings:
+                  silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> CrossSiloSettings:
     pending = pending or {}
 
     def comm(key: str) -> Any:
@@ -256,9 +268,11 @@ def settings_from(cfg: FesConfig, pending: dict[str, dict[str, Any]] | None = No
             raise FesError("comm_args.silo_num must be >= 1 with MQTT_S3 (the number of client processes)")
     if s.silo_num < 1:
         raise FesError(f"{s.grpc_ipconfig_path} lists no client rank (rank >= 1)")
-    s.silo_ids = list(silo_ids) if silo_ids else list(range(1, s.silo_num + 1))
-    if len(s.silo_ids) != s.silo_num or len(set(s.silo_ids)) != s.silo_num or 0 in s.silo_ids:
-        raise FesError(f"client id list {s.silo_ids} must hold {s.silo_num} distinct non-zero ids")
+    s.silo_ids = {int(r): int(w) for r, w in (silo_ids or {r: r for r in s.ranks}).items()}
+    ids = list(s.silo_ids.values())
+    if any(r not in s.ranks for r in s.silo_ids) or len(set(ids)) != len(ids) or 0 in ids:
+        raise FesError(f"client ids {s.silo_ids} must be distinct, non-zero, for ranks 1-{s.silo_num}")
+    s.server_id = int(server_id)
     return s
 
 
@@ -304,27 +318,32 @@ def _expand(value: Any, where: str) -> Any:
 def mqtt_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
     """FedML's customized_training_mqtt_config, complete: FedML reads every key without a default."""
     where = "comm_args.customized_training_mqtt_config"
-    values = {k: _expand(v, f"{where}.{k}") for k, v in (raw or {}).items()}
-    missing = [k for k in MQTT_REQUIRED if values.get(k) in (None, "")]
+    values = {k: _unset_to_none(_expand(v, f"{where}.{k}")) for k, v in (raw or {}).items()}
+    missing = [k for k in MQTT_REQUIRED if values.get(k) is None]
     if missing:
         raise FesError(f"{where} needs {', '.join(missing)} (without them FedML would fetch the FedML cloud's broker)")
     try:
         port, keepalive = int(values["BROKER_PORT"]), int(values.get("MQTT_KEEPALIVE") or 60)
     except (TypeError, ValueError):
         raise FesError(f"{where}.BROKER_PORT and MQTT_KEEPALIVE must be integers") from None
-    user = values.get("MQTT_USER") or None
+    user = _unset_to_none(values.get("MQTT_USER"))
     return {"BROKER_HOST": str(values["BROKER_HOST"]), "BROKER_PORT": port, "MQTT_USER": user,
-            "MQTT_PWD": (values.get("MQTT_PWD") or None) if user else None, "MQTT_KEEPALIVE": keepalive}
+            "MQTT_PWD": _unset_to_none(values.get("MQTT_PWD")) if user else None, "MQTT_KEEPALIVE": keepalive}
+
+
+def _unset_to_none(value: Any) -> Any:
+    """An empty YAML value may reach here as None, "" or, through a string coercion, "None"."""
+    return None if value in (None, "", "None") else value
 
 
 def s3_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
     """FedML's customized_training_s3_config: an endpoint (MinIO, moto) or an AWS region."""
     where = "comm_args.customized_training_s3_config"
-    values = {k: _expand(v, f"{where}.{k}") for k, v in (raw or {}).items()}
-    missing = [k for k in S3_REQUIRED if values.get(k) in (None, "")]
+    values = {k: _unset_to_none(_expand(v, f"{where}.{k}")) for k, v in (raw or {}).items()}
+    missing = [k for k in S3_REQUIRED if values.get(k) is None]
     if not (values.get("CN_S3_ENDPOINT") or values.get("CN_REGION_NAME")):
         missing.append("CN_S3_ENDPOINT or CN_REGION_NAME")
     if missing:
         raise FesError(f"{where} needs {', '.join(missing)} (without them FedML would use the FedML cloud's storage)")
-    return {k: str(v) for k, v in values.items() if v not in (None, "")}
+    return {k: str(v) for k, v in values.items() if v is not None}
 

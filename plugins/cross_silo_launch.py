@@ -28,7 +28,7 @@ import yaml
 
 from fedml_fes.errors import FesError
 
-from .cross_silo_config import CrossSiloSettings, load_cross_silo, read_raw, split_pending
+from .cross_silo_config import COMM_KEYS, CrossSiloSettings, load_cross_silo, read_raw, split_pending
 from .cross_silo_main import TAG
 from .cross_silo_services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
 
@@ -84,6 +84,8 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
         services.append(start_s3(path / "services" / "s3"))
         comm["customized_training_mqtt_config"] = services[0].config
         comm["customized_training_s3_config"] = services[1].config
+    elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
+        comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or COMM_KEYS["grpc_ipconfig_path"]).resolve())
     elif local_services and backend == "GRPC":
         silo_num = int(comm.get("silo_num") or 0)
         if silo_num < 1:  # take the count from the configured ipconfig
@@ -119,7 +121,6 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         else:
             preflight(settings, 0)
         ensure_mlm_build(cfg, echo)
-        echo(f"run directory: {path}")
         env = dict(os.environ)
         if cfg.common.torch_threads > 0:
             env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))

@@ -48,13 +48,15 @@ def default_run_dir(cfg: Any, role: str, rank: int) -> Path:
     return Path(cfg.common.output_dir) / (name if role == "server" else f"{name}-silo{rank}")
 
 
-def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids: list[int] | None = None) -> int:
-    """Run one role; raises FesError for anything the user can fix."""
+def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids: dict[int, int] | None = None,
+                server_id: int = 0) -> int:
+    """Run one role; raises FesError for anything the user can fix. `silo_ids` / `server_id`:
+    the wire ids FedML MLOps assigns (default: the ranks)."""
     from .cross_silo_checks import preflight
     from .cross_silo_config import load_cross_silo
     from .mpi_main import parse_overrides
 
-    cfg, settings = load_cross_silo(opts.cf, parse_overrides(opts.set), silo_ids)
+    cfg, settings = load_cross_silo(opts.cf, parse_overrides(opts.set), silo_ids, server_id)
     settings.check_rank(opts.role, opts.rank)
     preflight(settings, opts.rank)
     logging.basicConfig(level=cfg.tracking_args.log_level)
@@ -89,10 +91,10 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     return 0
 
 
-def run_guarded(opts: argparse.Namespace, emit: Callable[[str], None]) -> int:
+def run_guarded(opts: argparse.Namespace, emit: Callable[[str], None], **ids: Any) -> int:
     """`run_process` with anything unexpected turned into one FesError line (traceback in the log)."""
     try:
-        return run_process(opts, emit)
+        return run_process(opts, emit, **ids)
     except (FesError, KeyboardInterrupt):
         raise
     except Exception as e:

@@ -130,7 +130,7 @@ def parse_tasks(raw: Any) -> list[ClientTask]:
     """Tasks as the server sent them (JSON over MQTT): a list of ClientTask dicts."""
     if not raw:
         return []
-    return [ClientTask(int(t["round_idx"]), int(t["client_id"]), str(t["kind"]), int(t["seed"])) for t in raw]
+    return [ClientTask.from_dict(dict(t)) for t in raw]
 
 
 def parse_state(raw: Any) -> dict[int, int]:

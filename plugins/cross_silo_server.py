@@ -97,7 +97,9 @@ class SiloServer(QueuedCommManager):
         """A message outside the phase being waited for."""
         if msg_type == p.MSG_C2S_JOIN:
             self._on_join(msg, starting)
-        elif msg_type not in (CONNECTED, p.MSG_C2S_UPDATES):
+        elif msg_type == p.MSG_C2S_UPDATES:
+            self._seen_alive(self.settings.rank_of(msg.get_sender_id()))
+        elif msg_type != CONNECTED:
             self.session.recorder.log_event(f"ignored message '{msg_type}' from {msg.get_sender_id()}")
 
     def _on_join(self, msg: Any, starting: bool) -> tuple[int | None, str]:
@@ -108,7 +110,7 @@ class SiloServer(QueuedCommManager):
             return None, ""
         if msg.get(p.KEY_FINGERPRINT) != self.settings.fingerprint:
             error = (f"silo rank {rank} runs another job (fingerprint {msg.get(p.KEY_FINGERPRINT)} != "
-                     f"{self.settings.fingerprint}): start every process with the same config")
+                     f"{self.settings.fingerprint}): start every process with the same config and fedml-fes version")
             self.send(self.message(p.MSG_S2C_WELCOME, rank, **{p.KEY_ERROR: error}))
             if starting:
                 raise FesError(error)
@@ -211,6 +213,7 @@ class SiloServer(QueuedCommManager):
                 continue
             rank = self.settings.rank_of(msg.get_sender_id())
             if (msg.get(p.KEY_ROUND), msg.get(p.KEY_PHASE)) != (r, phase) or rank not in pending:
+                self._seen_alive(rank)
                 if msg.get(p.PAYLOAD):  # a late answer (pings have none)
                     self.session.recorder.log_event(f"round {r} {phase}: ignored a late answer from silo rank {rank} "
                                                     f"(round {msg.get(p.KEY_ROUND)} {msg.get(p.KEY_PHASE)})")
@@ -222,6 +225,12 @@ class SiloServer(QueuedCommManager):
                 self.log(f"round {r} {phase}: silo rank {rank} reported: {msg.get(p.KEY_ERROR)}")
             updates.extend(got_updates)
         return updates
+
+    def _seen_alive(self, rank: int | None) -> None:
+        """A late answer from a silo dropped for silence: the same process is alive, take it back."""
+        if rank in self.sessions and rank not in self.online:
+            self.online.add(rank)
+            self.log(f"silo rank {rank} is back (a late answer arrived in round {self.round_idx})")
 
     def _drop(self, rank: int, r: int, phase: str, tasks: list[ClientTask], why: str,
               keep_online: bool = False) -> None:

@@ -9,6 +9,7 @@ broker behind.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import shutil
 import signal
@@ -131,6 +132,9 @@ def start_mosquitto(workdir: Path, port: int | None = None, users: dict[str, str
 def start_s3(workdir: Path, port: int | None = None, bucket: str = "fes", timeout_s: float = 30.0,
              env: dict[str, str] | None = None, create_bucket: bool = True) -> Service:
     """moto's S3 server on 127.0.0.1 with `bucket` created; any keys work (moto checks none)."""
+    if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
+        raise FesError("a local S3 endpoint needs moto's server: pip install 'moto[server]==5.2.5' "
+                       "(or pip install -e '.[local]')")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()

@@ -44,9 +44,9 @@ def fedml_args(cfg: FesConfig, settings: CrossSiloSettings, rank: int) -> Simple
     args.role = "server" if rank == 0 else "client"
     args.worker_num = settings.silo_num
     args.run_id = settings.run_id
-    args.server_id = 0
+    args.server_id = settings.server_id
     if rank == 0:
-        args.client_id_list = str(list(settings.silo_ids))
+        args.client_id_list = str([settings.wire_id(r) for r in settings.ranks])
     else:
         args.client_id = settings.wire_id(rank)
         args.client_id_list = str([settings.wire_id(rank)])

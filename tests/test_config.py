@@ -24,7 +24,7 @@ def test_unknown_section():
     ({"train_args": {"comm_round": "ten"}}, "train_args.comm_round' must be an integer"),
     ({"data_args": {"partition_alpha": 0}}, "partition_alpha must be > 0"),
     ({"data_args": {"dataset": "imdb"}}, "data_args.dataset 'imdb'"),
-    ({"train_args": {"method": "fes"}}, "train_args.method 'fes'"),
+    ({"train_args": {"method": "fes_v2"}}, "train_args.method 'fes_v2'"),
     ({"tracking_args": {"enable_wandb": True}}, "enable_wandb must be false"),
 ])
 def test_bad_values_are_one_line(raw, match):

@@ -8,6 +8,8 @@ from typing import Iterator
 
 import torch
 
+from ..cost.meter import TaskMeter
+from ..cost.proxy import EMBEDDINGS_FILE, proxy_embedding_flops
 from ..data.federated import ClientData
 from ..pseudo.store import PseudoLabels
 from ..tuning.params import load_trainable, trainable_state
@@ -38,6 +40,14 @@ class LocalTrainer:
             raise InjectedFault(f"injected fault in round {task.round_idx} on client {task.client_id}")
         if client.client_id != task.client_id:
             raise ValueError(f"task for client {task.client_id} got data of client {client.client_id}")
+        # what the task computes and holds, for the cost emulation (reads shapes, changes nothing)
+        with TaskMeter(job.model, job.device, job.cfg.cost.measure_memory) as meter:
+            update = self._run(task, client)
+        update.metrics.update(meter.metrics())
+        return update
+
+    def _run(self, task: ClientTask, client: ClientData) -> ClientUpdate:
+        job = self.job
         torch.manual_seed(task.seed)  # dropout
         gen = torch.Generator().manual_seed(task.seed)  # batch order and masks
         start = time.perf_counter()
@@ -63,7 +73,8 @@ class LocalTrainer:
         try:
             yield stats
             split.cache.save(path)
-            stats.update(cache_hits=float(split.cache.hits), cache_misses=float(split.cache.misses))
+            stats.update(cache_hits=float(split.cache.hits), cache_misses=float(split.cache.misses),
+                         cache_bytes=float(sum(t.numel() * t.element_size() for t in split.cache.store.values())))
         finally:
             split.cache = None
 
@@ -71,11 +82,15 @@ class LocalTrainer:
         """Inference runtime: relabel the pool with the global model, keep the confident part."""
         job = self.job
         previous: PseudoLabels = job.store.load_pseudo(client.client_id)
+        embedded = (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file()
         with self._activation_cache(client.client_id) as cache_stats:
             labels, inferred = job.method.label(job.model, client, job.cfg, job.device, previous,
                                                 job.store.client_dir(client.client_id), task.options)
         job.store.save_pseudo(client.client_id, labels)
         metrics = {"pseudo_count": float(len(labels)), "inferred": float(inferred), "pool": float(len(client.unlabeled)),
                    "compute_s": time.perf_counter() - start, **cache_stats}
+        if not embedded and (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file():
+            # the filtering proxy embedded the pool in this pass: on-device compute too
+            metrics["cost_filter_flops"] = proxy_embedding_flops(job.cfg.filter.proxy_model, client.unlabeled.texts)
         report = {"example_ids": labels.example_ids, "labels": labels.labels}
         return ClientUpdate(task.round_idx, task.client_id, OrderedDict(), 0.0, metrics, report)

@@ -1,0 +1,116 @@
+"""Matrix-multiply FLOPs of a transformer encoder pass, from its geometry and the shapes run.
+
+Counted like `torch.utils.flop_counter` counts them (2 FLOPs per multiply-add, matmuls
+only; layer norms, softmax, GELU and embedding lookups are left to the device's effective
+throughput). For one layer on a batch of B sequences padded to width W, T = B*W tokens,
+hidden h and feed-forward width i:
+
+    forward   2*T*(4h^2 + 2hi)            Q, K, V, output projections and the feed-forward
+            + 4*B*W^2*h                   scores Q K^T and the weighted sum A V
+    backward  activation gradients through every layer from the lowest trainable one up:
+              2*T*(4h^2 + 2hi) + 10*B*W^2*h   (flash-style attention recomputes the scores;
+              minus 2*T*3h^2 in the lowest layer when its input needs no gradient)
+            + weight gradients 2*T*(4h^2 + 2hi) for layers whose matrices train
+
+Bias-only layers (BitFit) pay the activation gradients but no weight gradients; layers
+below the lowest trainable one pay no backward at all, and a frozen bottom served from
+the activation cache pays nothing in that pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import FesError
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """What FLOPs depend on: hidden size, feed-forward width and depth."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+
+    @staticmethod
+    def of(config) -> "EncoderShape":
+        """From an HF config (BERT/RoBERTa names; DistilBERT's dim/hidden_dim/n_layers)."""
+        h = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
+        i = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
+        n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
+        if not (h and i and n):
+            raise FesError(f"cannot read hidden/intermediate sizes and depth from {type(config).__name__}")
+        return EncoderShape(int(h), int(i), int(n))
+
+
+def layer_linear_flops(shape: EncoderShape, tokens: float) -> float:
+    """Forward FLOPs of one layer's projections and feed-forward on `tokens` tokens."""
+    h, i = shape.hidden, shape.intermediate
+    return 2.0 * tokens * (4 * h * h + 2 * h * i)
+
+
+def forward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, layers: int) -> float:
+    """`layers` layers on T tokens; sq_tokens = sum over sequences of W^2 (B*W^2 when padded)."""
+    return layers * (layer_linear_flops(shape, tokens) + 4.0 * sq_tokens * shape.hidden)
+
+
+def backward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, grad_layers: int,
+                   weight_layers: int, input_grad: bool) -> float:
+    """Backward of a pass whose top `grad_layers` layers get activation gradients.
+
+    `weight_layers` of them train their matrices; `input_grad`: the gradient also flows
+    below the lowest of them (trainable embeddings), so its Q/K/V input gradient is computed.
+    """
+    if grad_layers <= 0:
+        return 0.0
+    lin = layer_linear_flops(shape, tokens)
+    act = grad_layers * (lin + 10.0 * sq_tokens * shape.hidden)
+    if not input_grad:
+        act -= 2.0 * tokens * 3 * shape.hidden * shape.hidden
+    return act + weight_layers * lin
+
+
+def encoder_parameters(shape: EncoderShape, vocab: int, positions: int = 512) -> tuple[int, int]:
+    """(all, biases-and-norms) parameter counts of a BERT/RoBERTa-style encoder with its MLM head."""
+    h, i = shape.hidden, shape.intermediate
+    layer_w = 4 * h * h + 2 * h * i
+    layer_b = 4 * h + i + h + 4 * h  # projection biases, feed-forward biases, two LayerNorms
+    emb = (vocab + positions + 1) * h + 2 * h
+    head = h * h + 3 * h + vocab  # transform, its LayerNorm, the vocabulary bias (decoder tied)
+    return shape.layers * (layer_w + layer_b) + emb + head, shape.layers * layer_b + 2 * h + 3 * h
+
+
+def head_flops(hidden: int, num_classes: int, batch: int) -> float:
+    """Forward of the small head (h x h transform or pooler, then h x C) on one vector per example."""
+    return 2.0 * batch * (hidden * hidden + hidden * num_classes)
+
+
+@dataclass(frozen=True)
+class PassFlops:
+    forward: float
+    backward: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward
+
+
+def training_batch_flops(shape: EncoderShape, batch: int, seq_len: int, tuning: str,
+                         num_classes: int = 0) -> PassFlops:
+    """One padded training batch of a whole model tuned `full` or `bias` (BitFit).
+
+    Turns a published per-batch time into a device throughput (device profiles); runs
+    record their own passes through `meter.TaskMeter`. Both modes train something in the
+    embeddings (weights, or the embedding LayerNorm's bias), so gradients reach layer 0's input.
+    """
+    if tuning not in ("full", "bias"):
+        raise FesError(f"reference tuning must be full or bias, got '{tuning}'")
+    t, sq = batch * seq_len, batch * seq_len * seq_len
+    fwd = forward_flops(shape, t, sq, shape.layers) + head_flops(shape.hidden, num_classes, batch)
+    weights = shape.layers if tuning == "full" else 0
+    bwd = backward_flops(shape, t, sq, shape.layers, weights, input_grad=True)
+    return PassFlops(fwd, bwd + 2 * head_flops(shape.hidden, num_classes, batch))
+
+
+def inference_batch_flops(shape: EncoderShape, batch: int, seq_len: int, num_classes: int = 0) -> float:
+    return forward_flops(shape, batch * seq_len, batch * seq_len * seq_len, shape.layers) + \
+        head_flops(shape.hidden, num_classes, batch)

@@ -1,0 +1,167 @@
+"""Records what one client task computed, from the calls the model actually made.
+
+Forward hooks on the model and on its encoder see every pass with its real shapes: the
+padded batch width, how many layers ran (the frozen-bottom split swaps the layer list per
+call, so a cached bottom simply never shows up), whether autograd is on and which layers
+train. That gives the FLOPs of exactly what ran, for any method, without touching the
+training code; the numbers are the same in every runtime because they depend on shapes only.
+Memory is measured alongside (see `memory`). Hooks read, never change, tensors.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .flops import EncoderShape, backward_flops, forward_flops, head_flops
+from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, SavedTensorMeter, parameter_bytes
+
+
+def find_encoder(model: nn.Module) -> nn.Module | None:
+    """The BERT/RoBERTa-style base model (has `embeddings` and `encoder.layer`) inside `model`."""
+    for m in model.modules():
+        enc = getattr(m, "encoder", None)
+        if hasattr(m, "embeddings") and enc is not None and hasattr(enc, "layer") and hasattr(m, "config"):
+            return m
+    return None
+
+
+def head_width(model: nn.Module) -> int:
+    """Classes the head scores: verbalizer words (prompt model) or classifier outputs."""
+    ids = getattr(model, "verbalizer_ids", None)
+    if ids is not None:
+        return int(len(ids))
+    if hasattr(model, "classifier"):
+        return int(getattr(model.config, "num_labels", 0))
+    return 0
+
+
+@dataclass(frozen=True)
+class _LayerInfo:
+    lowest_trainable: int | None  # index (in the list that ran) of the lowest layer with a trainable tensor
+    weight_layers: int  # layers whose matrices train
+
+
+def _layer_info(layers: nn.ModuleList) -> _LayerInfo:
+    lowest = None
+    weights = 0
+    for i, layer in enumerate(layers):
+        params = list(layer.parameters())
+        if lowest is None and any(p.requires_grad for p in params):
+            lowest = i
+        weights += any(p.requires_grad and p.dim() == 2 for p in params)
+    return _LayerInfo(lowest, weights)
+
+
+class TaskMeter:
+    """Context manager around one client task; `metrics()` gives the `cost_*` floats it measured."""
+
+    def __init__(self, model: nn.Module, device: torch.device | None = None, measure_memory: bool = True):
+        self.model = model
+        self.device = device
+        self.measure_memory = measure_memory
+        self.encoder = find_encoder(model)
+        self.shape = EncoderShape.of(self.encoder.config) if self.encoder is not None else None
+        self.classes = head_width(model)
+        self.fwd = self.bwd = 0.0
+        self.steps = self.examples = self.encoder_calls = self.updates = 0
+        self.tokens = self.bottom_tokens = 0
+        self.param_bytes = self.trainable_bytes = 0
+        self.cuda_peak = 0
+        self.cpu_s = 0.0  # CPU time of this process over the task (all its threads)
+        self._cpu_start = 0.0
+        self._info: dict[tuple[int, ...], _LayerInfo] = {}
+        self._embeddings_train = False
+        self._saved: SavedTensorMeter | None = None
+        self._stack = contextlib.ExitStack()
+
+    # ---- hooks ------------------------------------------------------------------------------
+    def _on_model(self, _module: nn.Module, args: tuple, kwargs: dict) -> None:
+        x = kwargs.get("input_ids", args[0] if args else None)
+        if not isinstance(x, torch.Tensor) or self.shape is None:
+            return
+        b = int(x.shape[0])
+        self.steps += 1
+        self.examples += b
+        head = head_flops(self.shape.hidden, self.classes, b) if self.classes else 0.0
+        self.fwd += head
+        if torch.is_grad_enabled() and self.trainable_bytes:
+            self.bwd += 2 * head
+            self.updates += 1  # one optimizer step per training batch
+
+    def _on_encoder(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        ref = ids if isinstance(ids, torch.Tensor) else embeds
+        if not isinstance(ref, torch.Tensor):
+            return
+        b, w = int(ref.shape[0]), int(ref.shape[1])
+        layers = module.encoder.layer
+        n = len(layers)
+        key = tuple(id(layer) for layer in layers)
+        info = self._info.get(key)
+        if info is None:
+            info = self._info[key] = _layer_info(layers)
+        bottom = isinstance(ids, torch.Tensor) and n < self.shape.layers  # the frozen bottom of a split
+        input_grad = self._embeddings_train if isinstance(ids, torch.Tensor) else bool(embeds.requires_grad)
+        t, sq = b * w, b * w * w
+        self.encoder_calls += 1
+        self.fwd += forward_flops(self.shape, t, sq, n)
+        if bottom:
+            self.bottom_tokens += t
+        else:
+            self.tokens += t
+        grad = torch.is_grad_enabled() and (input_grad or info.lowest_trainable is not None)
+        if grad and not bottom:
+            if self._saved is not None:
+                self._saved.start_pass()  # a new training step: activations of the last one are gone
+            grad_layers = n if input_grad else n - info.lowest_trainable
+            self.bwd += backward_flops(self.shape, t, sq, grad_layers, info.weight_layers, input_grad)
+
+    # ---- context ----------------------------------------------------------------------------
+    def __enter__(self) -> "TaskMeter":
+        self._cpu_start = time.process_time()
+        self.param_bytes, self.trainable_bytes, storages = parameter_bytes(self.model)
+        if self.encoder is None:
+            return self
+        self._embeddings_train = any(p.requires_grad for p in self.encoder.embeddings.parameters())
+        self._stack.callback(self.model.register_forward_pre_hook(self._on_model, with_kwargs=True).remove)
+        self._stack.callback(self.encoder.register_forward_pre_hook(self._on_encoder, with_kwargs=True).remove)
+        if self.measure_memory:
+            self._saved = SavedTensorMeter(storages)
+            self._stack.enter_context(self._saved.recording())
+        if self._cuda():
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+        self.cpu_s = time.process_time() - self._cpu_start
+        if self._cuda():
+            self.cuda_peak = int(torch.cuda.max_memory_allocated(self.device))
+
+    def _cuda(self) -> bool:
+        return self.device is not None and self.device.type == "cuda" and torch.cuda.is_available()
+
+    # ---- result -----------------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        trained = self.bwd > 0
+        activations = self._saved.peak if self._saved is not None else 0
+        grads = self.trainable_bytes if trained else 0
+        optimizer = ADAM_STATE_TENSORS * self.trainable_bytes if trained else 0
+        peak = self.param_bytes + grads + optimizer + activations if trained and self.measure_memory else 0
+        return {
+            "cost_fwd_flops": float(self.fwd), "cost_bwd_flops": float(self.bwd),
+            "cost_steps": float(self.steps), "cost_examples": float(self.examples),
+            "cost_update_bytes": float(UPDATE_PASSES * self.trainable_bytes * self.updates),
+            "cost_encoder_calls": float(self.encoder_calls), "cost_tokens": float(self.tokens),
+            "cost_bottom_tokens": float(self.bottom_tokens),
+            "cost_param_bytes": float(self.param_bytes), "cost_trainable_bytes": float(self.trainable_bytes),
+            "cost_activation_peak_bytes": float(activations), "cost_grad_bytes": float(grads),
+            "cost_optimizer_bytes": float(optimizer), "cost_peak_train_bytes": float(peak),
+            "cost_cuda_peak_bytes": float(self.cuda_peak), "cost_cpu_s": float(self.cpu_s),
+        }

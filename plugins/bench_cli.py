@@ -1,0 +1,69 @@
+"""Arguments and entry of `fedml-fes bench` (kept out of cli.py, which only registers it)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedml_fes.errors import FesError
+
+from .bench_config import PRESETS, load_bench, preset_path
+from .mpi_main import parse_overrides
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", choices=PRESETS, default=None,
+                     help="smoke (CI, minutes), cpu (this machine, under an hour), paper (roberta-large, GPU); "
+                          "default smoke")
+    src.add_argument("--cf", default=None, help="a bench config YAML (run config + bench_args)")
+    p.add_argument("--out", default=None, help="benchmark directory (default runs/bench/<preset or config name>)")
+    p.add_argument("--methods", nargs="+", default=None, help="only these methods (default: the preset's)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: the preset's)")
+    p.add_argument("--device", action="append", default=None, metavar="PROFILE",
+                   help="device profile for the report (name in run_configs/devices or a .yaml path; repeatable; "
+                        "default cost_args.devices)")
+    p.add_argument("--bandwidth", type=float, default=None, metavar="MBPS",
+                   help="network bandwidth in MB/s for the report (default cost_args.bandwidth_MBps)")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs; train nothing")
+    p.add_argument("--no-full-label", action="store_true", help="skip the full-label reference runs")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a run-config key for every run, e.g. --set train_args.comm_round=3")
+
+
+def run_bench_command(opts: argparse.Namespace) -> int:
+    from .bench import BenchInterrupted, build_report, devices_for, run_bench
+
+    source = Path(opts.cf) if opts.cf else preset_path(opts.preset or "smoke")
+    choices = {"methods": opts.methods, "seeds": opts.seeds, "full_label": False if opts.no_full_label else None}
+    plan = load_bench(source, parse_overrides(opts.set), {k: v for k, v in choices.items() if v is not None})
+    if opts.bandwidth is not None and not opts.bandwidth > 0:
+        raise FesError(f"--bandwidth must be > 0 MB/s, got {opts.bandwidth:g}")
+    name = opts.preset or (source.stem.removeprefix("bench_") if opts.cf else "smoke")
+    out = Path(opts.out) if opts.out else Path(plan.base.common.output_dir) / "bench" / name
+    progress = not opts.no_progress and sys.stderr.isatty()
+    echo = lambda line: print(line, flush=True)  # noqa: E731 (lines, as they happen, also into a log)
+    try:
+        if opts.report_only:
+            path = build_report(plan, out, devices_for(plan, out, opts.device), opts.bandwidth, echo)
+        else:
+            path = run_bench(plan, out, progress=progress, echo=echo, devices=opts.device, bandwidth=opts.bandwidth)
+    except BenchInterrupted as e:
+        print(f"fedml-fes: {e}", file=sys.stderr)
+        return 130
+    print_headline(path)
+    return 0
+
+
+def print_headline(report: Path) -> None:
+    """The report's headline table and Table 4 accuracy on stdout; the rest is in the files."""
+    text = report.read_text().splitlines()
+    keep, on = [], False
+    for line in text:
+        if line.startswith("## "):
+            on = line.startswith(("## FeS against", "## Table 4", "## Traffic"))
+        if on:
+            keep.append(line)
+    print("\n".join(keep).strip())
+    print(f"\nfull report: {report} (figures and CSV tables beside it)")

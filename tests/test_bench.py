@@ -1,0 +1,176 @@
+"""`fedml-fes bench`: presets, resumable runs, the report from run files, bad input."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedml_fes.cost.accounting import TaskRecord
+from fedml_fes.cost.network import Network
+from fedml_fes.cost.profiles import load_profile
+from fedml_fes.errors import FesError
+from fedml_fes.report.bench_analysis import BenchData
+from fedml_fes.report.bench_report import ReportSpec, write_report
+from fedml_fes.report.runs import RunData
+
+from .conftest import small_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- presets and bench configs ----------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "paper"])
+def test_presets_parse(preset):
+    from fedml_fes_plugins.bench_config import load_bench, preset_path
+    plan = load_bench(preset_path(preset), bench_overrides={"full_label": False})
+    assert {"fedcls", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf", "fes_no_dc"} <= set(plan.args.methods)
+    assert plan.args.targets[:2] == ["fedfsl", "fedfsl_bias"]
+    for d in plan.base.cost.devices:
+        load_profile(d)
+    if preset == "paper":
+        assert plan.base.model.model == "roberta-large" and plan.base.model.max_seq_length == 256
+
+
+def _bench_yaml(tmp_path, tiny_model_dir, **bench):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2, "client_num_per_round": 2},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "max_train_examples": 160,
+                                  "max_test_examples": 40},
+                       pseudo_args={"label_clients": 2, "per_pass": 8},
+                       tuning_args={"full_layers": 0, "bias_layers": 1}, filter_args={"knn": 3},
+                       pacing_args={"mode": "adaptive", "grid": ["1,2,20"], "val_examples": 20},
+                       cost_args={"devices": ["jetson_tx2", "rpi_4b"], "convergence_tail": 1})
+    raw["bench_args"] = {"title": "tiny", "methods": ["fedfsl", "fes"], "seeds": [0], "full_label": True,
+                         "targets": ["fedfsl"], "calibrate_host": False, **bench}
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_bad_bench_configs_are_one_line_errors(tmp_path, tiny_model_dir):
+    from fedml_fes_plugins.bench_config import load_bench
+    with pytest.raises(FesError, match="unknown config key 'method' in .* section 'bench_args'; did you mean 'methods'"):
+        load_bench(_bench_yaml(tmp_path, tiny_model_dir, method=["fes"]))
+    with pytest.raises(FesError, match="bench_args method 'fes_plus' is not a few-shot method"):
+        load_bench(_bench_yaml(tmp_path, tiny_model_dir, methods=["fes_plus"]))
+    with pytest.raises(FesError, match="unknown bench preset 'huge'"):
+        from fedml_fes_plugins.bench_config import preset_path
+        preset_path("huge")
+    with pytest.raises(FesError, match="bench config not found"):
+        load_bench(tmp_path / "nope.yaml")
+
+
+def test_full_label_reference_labels_every_training_example(tmp_path, tiny_model_dir):
+    from fedml_fes_plugins.bench_config import load_bench, run_config
+    plan = load_bench(_bench_yaml(tmp_path, tiny_model_dir))
+    cfg = run_config(plan, "full_label", 0)
+    assert cfg.train.method == "fedcls" and cfg.data.gold_labels == 160 and cfg.data.gold_sparsity == 100
+    assert run_config(plan, "fes", 0).data.gold_labels == 16
+
+
+def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
+    from fedml_fes_plugins.bench import build_report, run_bench
+    from fedml_fes_plugins.bench_config import load_bench
+    plan = load_bench(_bench_yaml(tmp_path, tiny_model_dir))
+    out = tmp_path / "bench"
+    lines = []
+    report = run_bench(plan, out, progress=False, echo=lines.append)
+    assert any("3 to do" in line for line in lines)
+    for name in ("fedfsl-s0", "fes-s0", "full_label-s0"):
+        run = out / "runs" / name
+        assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+        assert (run / "metrics.csv").is_file() and (run / "client_costs.csv").is_file()
+    text = report.read_text()
+    for needle in ("FeS against the paper's best figures", "Table 4", "Hours to FedFSL's convergence accuracy",
+                   "Traffic, energy and peak memory", "Device profiles", "Model: ", "seeds: 0",
+                   "device profile: NVIDIA Jetson TX2"):
+        assert needle in text, needle
+    for png in ("accuracy_vs_hours_jetson_tx2.png", "accuracy_vs_hours_rpi_4b.png", "traffic_energy.png",
+                "bandwidth_sweep.png", "memory.png"):
+        assert (report.parent / png).stat().st_size > 1000
+    for table in ("methods.csv", "time_to_accuracy.csv", "bandwidth_sweep.csv", "headline.csv"):
+        assert (report.parent / table).read_text().count("\n") >= 2
+
+    # resumable: nothing runs again; an interrupted run is set aside (not deleted) and redone
+    lines.clear()
+    run_bench(plan, out, progress=False, echo=lines.append)
+    assert any("3 already complete, 0 to do" in line for line in lines)
+    summary = out / "runs" / "fes-s0" / "summary.json"
+    s = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**s, "status": "interrupted"}))
+    lines.clear()
+    run_bench(plan, out, progress=False, echo=lines.append)
+    assert any("1 to do" in line for line in lines)
+    assert any("previous attempt was interrupted" in line for line in lines)
+    assert len(list((out / "runs" / ".partial").iterdir())) == 1
+    assert json.loads(summary.read_text())["status"] == "completed"
+
+    # another device and bandwidth re-cost the finished runs; bad ones are one line
+    from fedml_fes_plugins.bench import devices_for
+    path = build_report(plan, out, devices_for(plan, out, ["rpi_4b"]), bandwidth=10.0, echo=lambda _l: None)
+    assert "10 MB/s" in path.read_text() and "Raspberry Pi 4B" in path.read_text()
+    with pytest.raises(FesError, match="unknown device profile 'pixel'"):
+        devices_for(plan, out, ["pixel"])
+    with pytest.raises(FesError, match="bandwidth must be > 0"):
+        build_report(plan, out, devices_for(plan, out, ["rpi_4b"]), bandwidth=0.0, echo=lambda _l: None)
+
+    # a changed run config is not silently mixed with old runs
+    from fedml_fes_plugins.bench_config import load_bench as reload
+    changed = reload(_bench_yaml(tmp_path, tiny_model_dir), {"train_args.learning_rate": 0.01})
+    with pytest.raises(FesError, match="different config .*train_args.learning_rate"):
+        run_bench(changed, out, progress=False, echo=lambda _l: None)
+
+
+# ---- the report on synthetic runs: targets never reached, missing runs ----------------------
+
+def _fake_run(tmp_path, method, accs, flops=1e12, up=1e6):
+    tasks = [TaskRecord(r, "train", 0, flops, 1, up, up, 1.0, peak_train_bytes=1e8) for r in range(len(accs))]
+    run_dir = tmp_path / f"{method}-s0"
+    run_dir.mkdir()
+    return RunData(run_dir.name, run_dir, "completed", {"train_args": {"method": method},
+                                                         "common_args": {"random_seed": 0}},
+                   "test_acc", dict(enumerate(accs)), tasks, len(accs))
+
+
+def test_report_marks_targets_never_reached(tmp_path):
+    runs = {("fedfsl", 0): _fake_run(tmp_path, "fedfsl", [0.5, 0.7, 0.8, 0.8], flops=4e12, up=1e8),
+            ("fedfsl_bias", 0): _fake_run(tmp_path, "fedfsl_bias", [0.4, 0.5, 0.6, 0.6]),
+            ("fes", 0): _fake_run(tmp_path, "fes", [0.6, 0.8, 0.85, 0.85], flops=1e10, up=1e3),
+            ("full_label", 0): _fake_run(tmp_path, "full_label", [0.9, 0.9, 0.9, 0.9])}
+    data = BenchData(runs, tail=2)
+    spec = ReportSpec("t", ["fedcls", "fedfsl", "fedfsl_bias", "fes"], ["fedfsl", "fedfsl_bias"],
+                      [load_profile("jetson_tx2")], Network(1.0, 1.0), [0.1, 1.0], {"model": "m", "seeds": [0]})
+    text = write_report(spec, data, tmp_path / "report").read_text()
+    assert "Missing (no completed run yet): FedCLS" in text
+    assert "| FedFSL-BIAS | not reached | X |" in text  # never reaches FedFSL's 80%
+    fes = data.reach("fes", "fedfsl", spec.devices[0], spec.network)
+    ref = data.reach("fedfsl", "fedfsl", spec.devices[0], spec.network)
+    assert fes.reached == 1 and ref.hours / fes.hours > 46
+    headline = {r["claim"]: r for r in
+                __import__("csv").DictReader((tmp_path / "report" / "headline.csv").open())}
+    assert headline["time to FedFSL's accuracy, FedFSL-BIAS / FeS"]["met"] == "True"  # it never gets there
+    assert math.isclose(data.accuracy_stats("fes")["relative"], 0.85 / 0.9)
+
+
+def test_cli_bench_errors_are_one_line(tmp_path, capsys):
+    from fedml_fes_plugins.cli import main
+    assert main(["bench", "--preset", "smoke", "--report-only", "--out", str(tmp_path / "b")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedml-fes: error: no completed run") and "\n" not in err
+    assert main(["bench", "--preset", "smoke", "--report-only", "--device", "pixel", "--out", str(tmp_path)]) == 1
+    assert "unknown device profile 'pixel'" in capsys.readouterr().err
+    assert main(["bench", "--preset", "smoke", "--bandwidth", "0", "--out", str(tmp_path)]) == 1
+    assert "--bandwidth must be > 0 MB/s" in capsys.readouterr().err
+    assert main(["bench", "--preset", "smoke", "--methods", "fes_plus", "--out", str(tmp_path)]) == 1
+    assert "'fes_plus' is not a few-shot method" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smoke_preset_end_to_end(tmp_path, capsys):
+    """`fedml-fes bench --preset smoke` as CI runs it (minutes)."""
+    from fedml_fes_plugins.cli import main
+    assert main(["bench", "--preset", "smoke", "--out", str(tmp_path / "smoke"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "FeS against the paper's best figures" in out and "full report:" in out
+    assert (tmp_path / "smoke" / "report" / "compute_model.png").is_file()
