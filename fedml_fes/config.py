@@ -509,8 +509,8 @@ def validate(cfg: FesConfig) -> None:
         from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
         split_pattern(cfg.prompt.pattern)
     _check(cfg.comm.silo_num >= 0, "comm_args.silo_num must be >= 0")
-    _check(min(cfg.comm.round_timeout_s, cfg.comm.join_timeout_s, cfg.comm.connect_timeout_s) > 0,
-           "comm_args timeouts must be > 0")
+    for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s"):
+        _check(getattr(cfg.comm, key) > 0, f"comm_args.{key} must be > 0, got {getattr(cfg.comm, key)}")
     _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")
     from .cost.settings import validate_cost  # one error line naming the key or the profile
     validate_cost(cfg.cost)

@@ -40,7 +40,7 @@ def run_bench_command(opts: argparse.Namespace) -> int:
     plan = load_bench(source, parse_overrides(opts.set), {k: v for k, v in choices.items() if v is not None})
     if opts.bandwidth is not None and not opts.bandwidth > 0:
         raise FesError(f"--bandwidth must be > 0 MB/s, got {opts.bandwidth:g}")
-    name = opts.preset or (source.stem.removeprefix("bench_") if opts.cf else "smoke")
+    name = opts.preset or (source.stem if opts.cf else "smoke")
     out = Path(opts.out) if opts.out else Path(plan.base.common.output_dir) / "bench" / name
     progress = not opts.no_progress and sys.stderr.isatty()
     echo = lambda line: print(line, flush=True)  # noqa: E731 (lines, as they happen, also into a log)

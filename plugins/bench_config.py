@@ -11,7 +11,8 @@
         fedfsl_bias: {train_args.learning_rate: 0.001}
 
 Presets: `smoke` (CI, minutes), `cpu` (this machine, under an hour), `paper` (roberta-large,
-the paper's settings, for a GPU machine) are run_configs/bench_<preset>.yaml. Every method
+the paper's settings, for a GPU machine) are run_configs/bench/<preset>.yaml (a folder of
+their own: they are not plain run configs, which run_configs/*.yaml all are). Every method
 and seed runs on the same partition (same data section and seed), changing only
 `train_args.method`, the seed and the method's overrides.
 """
@@ -61,10 +62,10 @@ def preset_path(preset: str) -> Path:
     if preset not in PRESETS:
         raise FesError(f"unknown bench preset '{preset}' (known: {', '.join(PRESETS)})")
     for root in (Path("."), REPO):
-        p = root / "run_configs" / f"bench_{preset}.yaml"
+        p = root / "run_configs" / "bench" / f"{preset}.yaml"
         if p.is_file():
             return p
-    raise FesError(f"preset file run_configs/bench_{preset}.yaml not found (run from the repository root)")
+    raise FesError(f"preset file run_configs/bench/{preset}.yaml not found (run from the repository root)")
 
 
 def _bench_args(raw: Any, source: str) -> BenchArgs:

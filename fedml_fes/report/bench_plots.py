@@ -84,9 +84,13 @@ def bandwidth_sweep(sweep: Sequence[float], hours: dict[str, list[float | None]]
     fig, ax = plt.subplots(figsize=(8.8, 4.4))
     for method, ys in hours.items():
         pts = [(b, y) for b, y in zip(sweep, ys) if y]
+        missing = len(pts) < len(ys)
+        name = labels[method] + (" (not reached at some bandwidths)" if pts and missing else "")
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=4, color=_color(method),
-                    label=labels[method], ls="-" if not method.startswith("fes_") else "--")
+                    label=name, ls="-" if not method.startswith("fes_") else "--")
+        else:  # never reached: listed, nothing drawn (the paper's X)
+            ax.plot([], [], color=_color(method), label=f"{labels[method]}: not reached (X)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bandwidth (MB/s, both directions)")

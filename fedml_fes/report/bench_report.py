@@ -163,6 +163,7 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
                   "(the paper's X).", ""]
         lines += _table(header, [rows[m] for m in methods]) + [""]
     _write_csv(out_dir / "time_to_accuracy.csv", tta_csv)
+    lines += _ablation(spec, data, methods)
 
     # resources
     res_rows, traffic_t, traffic_all, energy_t, energy_all, mem_parts = [], {}, {}, {}, {}, {}
@@ -308,6 +309,34 @@ def _headline(spec: ReportSpec, data: BenchData, methods: list[str]) -> tuple[li
     add("convergence accuracy, FeS vs FedFSL", "equal or better", (a_s - af) if af is not None and a_s is not None
         else None, 0.0, f"{_pct(a_s)}% vs {_pct(af)}%", None if af is None or a_s is None else a_s >= af - 1e-9)
     return rows, out
+
+
+ABLATIONS = {"fes_no_cp": "co-planning", "fes_no_rf": "representational filtering",
+             "fes_no_dc": "curriculum pacing"}
+PAPER_ABLATION = {"fes_no_cp": "8.0-62.3x", "fes_no_rf": "1.2-3.5x", "fes_no_dc": "1.6-3.5x"}
+
+
+def _ablation(spec: ReportSpec, data: BenchData, methods: list[str]) -> list[str]:
+    """What each design buys: hours to the first target without it / with it (FeS)."""
+    present = [m for m in ABLATIONS if m in methods]
+    if "fes" not in methods or not present or not spec.targets:
+        return []
+    target = spec.targets[0]
+    rows = []
+    for m in present:
+        row = [ABLATIONS[m], PAPER_ABLATION[m]]
+        for dev in spec.devices:
+            fes, abl = data.reach("fes", target, dev, spec.network), data.reach(m, target, dev, spec.network)
+            if not fes.reached:
+                row.append("FeS not reached")
+            elif not abl.reached:
+                row.append(f"without it: not reached (FeS {_hours(fes)})")
+            else:
+                row.append(f"{_x(_ratio(abl.hours, fes.hours))} ({_hours(abl)} vs {_hours(fes)})")
+        rows.append(row)
+    return [f"### Ablation: hours to {label(target)}'s accuracy without each design / with all (FeS)", "",
+            f"Network {spec.network.describe()}; the paper's range over its four datasets for reference.", ""] + \
+        _table(["design", "paper"] + [d.label for d in spec.devices], rows) + [""]
 
 
 def _profiles_section(spec: ReportSpec) -> list[str]:
