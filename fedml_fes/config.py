@@ -128,6 +128,9 @@ class PromptConfig:
     pattern_id: int = 0
     pattern: str = ""  # your own, with {text_a}, optional {text_b}, and one {mask}
     verbalizer: dict = field(default_factory=dict)  # your own: class name -> word
+    # the C-sized bias added to the class logits; off keeps the MLM's own verbalizer prior,
+    # so a few skewed gold labels cannot turn into a skewed class prior under a large step
+    train_class_bias: bool = True
 
 
 @dataclass
@@ -142,6 +145,11 @@ class PseudoConfig:
     skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
     soft_labels: bool = False  # train on the predicted distribution instead of the argmax
     class_balance: str = "none"  # none | gold | predicted: per-class quotas for kept labels
+    # the gold-only warm-up rounds (before start_round) may train harder than the pseudo-label
+    # rounds: bias-only plans need many steps on the gold labels, but the same step size on a
+    # client's handful of one-sided pseudo labels drags the shared biases to its class
+    warmup_learning_rate: float = 0.0  # 0: train_args.learning_rate
+    warmup_epochs: int = 0  # 0: train_args.epochs
 
 
 @dataclass
@@ -161,6 +169,9 @@ class FilterConfig:
     proxy_model: str = OFFLINE_MINILM  # any sentence-transformers model name or path
     knn: int = 10  # k of V(x): nearest neighbours by cosine
     rho: float = 10.0  # > 1: how strongly already-covered neighbourhoods are discounted
+    # infer this many times the pass's target from the ranking's prefix, keep the most confident
+    # target: 1 infers exactly the selected samples; more trades inference for label precision
+    oversample: float = 1.0
 
 
 @dataclass
@@ -287,6 +298,16 @@ class FesConfig:
     @property
     def pseudo(self) -> PseudoConfig:
         return self.pseudo_args
+
+    def for_round(self, round_idx: int, uses_pseudo: bool) -> "FesConfig":
+        """The config a client trains with in `round_idx`: the warm-up's own lr and epochs
+        before pseudo_args.start_round (methods with pseudo labels), else this one."""
+        p = self.pseudo
+        if not uses_pseudo or round_idx >= p.start_round or not (p.warmup_learning_rate or p.warmup_epochs):
+            return self
+        train = dataclasses.replace(self.train, learning_rate=p.warmup_learning_rate or self.train.learning_rate,
+                                    epochs=p.warmup_epochs or self.train.epochs)
+        return dataclasses.replace(self, train_args=train)
 
     @property
     def tuning(self) -> TuningConfig:
@@ -484,6 +505,9 @@ def validate(cfg: FesConfig) -> None:
     _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
     _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
     _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
+    _check(cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
+           "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args)")
+    _check(fl.oversample >= 1, f"filter_args.oversample must be >= 1, got {fl.oversample}")
     pa = cfg.pacing
     _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
     _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100, "pacing_args: f and n must be >= 1, k in (0, 100]")

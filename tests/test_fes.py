@@ -164,11 +164,11 @@ def test_activation_cache_is_bit_identical_and_no_backward_below(tok):
 
 def _run(tmp_path, tiny_model_dir, method, **sections):
     from fedml_fes_plugins.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": method, "comm_round": 4},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       tuning_args={"full_layers": 0, "bias_layers": 1},
-                       pacing_args={"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
-                       filter_args={"knn": 5}, **sections)
+    sections = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001},
+                "tuning_args": {"full_layers": 0, "bias_layers": 1},
+                "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
+                "filter_args": {"knn": 5}, **sections}
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": method, "comm_round": 4}, **sections)
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
@@ -249,3 +249,29 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir):
     assert out.returncode == 0, out.stderr
     assert "chosen plan: tuning_args:" in out.stdout
     assert (tmp_path / "plan" / "plan.json").is_file()
+
+
+def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "learning_rate": 1e-4, "epochs": 1},
+                       pseudo_args={"start_round": 2, "warmup_learning_rate": 3e-3, "warmup_epochs": 3})
+    cfg = config_from_dict(raw)
+    warm, later = cfg.for_round(1, uses_pseudo=True).train, cfg.for_round(2, uses_pseudo=True).train
+    assert (warm.learning_rate, warm.epochs) == (3e-3, 3)
+    assert (later.learning_rate, later.epochs) == (1e-4, 1)
+    assert cfg.for_round(0, uses_pseudo=False) is cfg  # no warm-up without pseudo labels
+    with pytest.raises(FesError, match="warmup_learning_rate and warmup_epochs must be >= 0"):
+        config_from_dict(small_config(tmp_path, tiny_model_dir, pseudo_args={"warmup_epochs": -1}))
+
+
+def test_oversampled_filter_infers_more_and_keeps_the_confident(tmp_path, tiny_model_dir):
+    _, plain = _run(tmp_path / "plain", tiny_model_dir, "fes")
+    _, over = _run(tmp_path / "over", tiny_model_dir, "fes", filter_args={"knn": 5, "oversample": 2.0})
+
+    def first_pass(d):
+        r = next(r for r in csv.DictReader((d / "metrics.csv").open()) if r["inferred"])
+        return int(r["inferred"]), int(r["pseudo_labeled"])
+    (inf_plain, kept_plain), (inf_over, kept_over) = first_pass(plain), first_pass(over)
+    assert kept_over == kept_plain and inf_plain == kept_plain  # same target kept
+    assert inf_over > inf_plain  # from a longer prefix of the ranking
+    with pytest.raises(FesError, match="oversample must be >= 1"):
+        config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"oversample": 0.5}))

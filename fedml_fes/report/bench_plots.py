@@ -64,11 +64,11 @@ def resource_bars(methods: Sequence[str], labels: dict[str, str], traffic_target
         ax.bar([i - w / 2 for i in x], tt, w, label="to FedFSL's accuracy", color=[_color(m) for m in methods])
         ax.bar([i + w / 2 for i in x], tot, w, label="whole run", color=[_color(m) for m in methods], alpha=0.4,
                hatch="//")
-        for i, m in enumerate(methods):
-            if to_target.get(m) is None:
-                ax.annotate("X", (i - w / 2, ax.get_ylim()[0] if tot[i] else 0), ha="center", va="bottom",
-                            color="black", fontsize=9, fontweight="bold")
         ax.set_yscale("log")
+        for i, m in enumerate(methods):
+            if to_target.get(m) is None:  # never reached the target: the paper's X at the foot of the bar
+                ax.text(i - w / 2, 0.02, "X", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                        color="black", fontsize=10, fontweight="bold")
         ax.set_xticks(list(x))
         ax.set_xticklabels([labels[m] for m in methods], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(unit)

@@ -55,7 +55,9 @@ class LocalTrainer:
             return self._label(task, client, start)
         pseudo = job.store.load_pseudo(client.client_id) if job.method.uses_pseudo else None
         with self._activation_cache(client.client_id) as cache_stats:
-            weight, metrics = job.method.local_train(job.model, job.tokenizer, client, job.cfg, gen, job.device, pseudo)
+            weight, metrics = job.method.local_train(job.model, job.tokenizer, client,
+                                                      job.cfg.for_round(task.round_idx, job.method.uses_pseudo),
+                                                      gen, job.device, pseudo)
         metrics.update(cache_stats)
         metrics["compute_s"] = time.perf_counter() - start
         return ClientUpdate(task.round_idx, task.client_id, self.get_params(), weight, metrics)

@@ -6,6 +6,7 @@ Adding a method does not touch the transports. Registered by `train_args.method`
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -122,6 +123,7 @@ class FewShot:
         apply_tuning(model, mode, plan)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
+            model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
             if plan is not None and plan.frozen_bottom:
                 model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
         self.plan = plan
@@ -159,7 +161,8 @@ class FewShot:
         """Relabel with the global model; returns (pseudo labels, number of samples inferred).
 
         Without filtering the whole pool is inferred and the most confident are kept; with a
-        filter only the ranking's prefix of the target size is inferred.
+        filter only the ranking's prefix is inferred: the target size times
+        `filter_args.oversample`, of which the most confident target are kept.
         """
         pool = client.unlabeled
         if not len(pool):
@@ -173,7 +176,7 @@ class FewShot:
         else:
             seed = int(np.random.SeedSequence([cfg.common.random_seed, client.client_id, 3]).generate_state(1)[0])
             order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed)
-            candidates = np.sort(order[:target])
+            candidates = np.sort(order[:min(len(pool), math.ceil(target * cfg.filter.oversample))])
         texts_b = _texts_b(pool)
         probs = predict_proba(model, self.adapter, [pool.texts[i] for i in candidates],
                               [texts_b[i] for i in candidates] if texts_b else None,
