@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cf", default="run_configs/agnews_fedfsl.yaml")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=None, help="override train_args.comm_round")
-    p.add_argument("--out", default="runs/agnews", help="shared with fes_evidence.py: same runs are reused")
+    p.add_argument("--out", default="runs/table1")
     p.add_argument("--no-full-label", action="store_true", help="skip the full-label reference")
     opts = p.parse_args(argv)
     out = Path(opts.out)
