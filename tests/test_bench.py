@@ -153,6 +153,17 @@ def test_report_marks_targets_never_reached(tmp_path):
     assert math.isclose(data.accuracy_stats("fes")["relative"], 0.85 / 0.9)
 
 
+def test_report_without_the_target_runs_still_writes_every_figure(tmp_path):
+    """A bench of only some methods (e.g. `--methods fes fes_no_cp`): no target is ever reached."""
+    runs = {("fes", 0): _fake_run(tmp_path, "fes", [0.6, 0.7, 0.7, 0.7], flops=1e10, up=1e3)}
+    spec = ReportSpec("t", ["fes"], ["fedfsl"], [load_profile("jetson_tx2")], Network(1.0, 1.0), [0.1, 1.0],
+                      {"model": "m", "seeds": [0]})
+    report = write_report(spec, BenchData(runs, tail=2), tmp_path / "report")
+    assert (tmp_path / "report" / "bandwidth_sweep.png").stat().st_size > 0
+    assert (tmp_path / "report" / "traffic_energy.png").stat().st_size > 0
+    assert "FedFSL" in report.read_text()
+
+
 def test_cli_bench_errors_are_one_line(tmp_path, capsys):
     from fedml_fes_plugins.cli import main
     assert main(["bench", "--preset", "smoke", "--report-only", "--out", str(tmp_path / "b")]) == 1

@@ -64,7 +64,8 @@ def resource_bars(methods: Sequence[str], labels: dict[str, str], traffic_target
         ax.bar([i - w / 2 for i in x], tt, w, label="to FedFSL's accuracy", color=[_color(m) for m in methods])
         ax.bar([i + w / 2 for i in x], tot, w, label="whole run", color=[_color(m) for m in methods], alpha=0.4,
                hatch="//")
-        ax.set_yscale("log")
+        if any(v > 0 for v in tt + tot):
+            ax.set_yscale("log")
         for i, m in enumerate(methods):
             if to_target.get(m) is None:  # never reached the target: the paper's X at the foot of the bar
                 ax.text(i - w / 2, 0.02, "X", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
@@ -82,8 +83,10 @@ def bandwidth_sweep(sweep: Sequence[float], hours: dict[str, list[float | None]]
                     title: str, path: Path) -> Path:
     """Hours to the target accuracy against bandwidth (log-log); a gap where never reached."""
     fig, ax = plt.subplots(figsize=(8.8, 4.4))
+    drawn = False
     for method, ys in hours.items():
         pts = [(b, y) for b, y in zip(sweep, ys) if y]
+        drawn = drawn or bool(pts)
         missing = len(pts) < len(ys)
         name = labels[method] + (" (not reached at some bandwidths)" if pts and missing else "")
         if pts:
@@ -91,8 +94,12 @@ def bandwidth_sweep(sweep: Sequence[float], hours: dict[str, list[float | None]]
                     label=name, ls="-" if not method.startswith("fes_") else "--")
         else:  # never reached: listed, nothing drawn (the paper's X)
             ax.plot([], [], color=_color(method), label=f"{labels[method]}: not reached (X)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if drawn:  # a log axis needs a positive value; with none, say so instead of plotting
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no method reached the target at any bandwidth", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_xlabel("bandwidth (MB/s, both directions)")
     ax.set_ylabel("hours to FedFSL's accuracy")
     ax.set_title(title, fontsize=10)
