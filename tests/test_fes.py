@@ -275,3 +275,14 @@ def test_oversampled_filter_infers_more_and_keeps_the_confident(tmp_path, tiny_m
     assert inf_over > inf_plain  # from a longer prefix of the ranking
     with pytest.raises(FesError, match="oversample must be >= 1"):
         config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"oversample": 0.5}))
+
+
+@pytest.mark.parametrize("train_it", [True, False])
+def test_class_bias_switch_decides_whether_it_trains_and_travels(tmp_path, tiny_model_dir, train_it):
+    from fedml_fes.runtime.job import build_job
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"},
+                                        tuning_args={"full_layers": 0, "bias_layers": 1},
+                                        prompt_args={"train_class_bias": train_it}))
+    job = build_job(cfg, "both", tmp_path / "run")
+    assert job.model.class_bias.requires_grad is train_it
+    assert ("class_bias" in trainable_state(job.model)) is train_it
