@@ -162,6 +162,8 @@ def test_report_without_the_target_runs_still_writes_every_figure(tmp_path):
     assert (tmp_path / "report" / "bandwidth_sweep.png").stat().st_size > 0
     assert (tmp_path / "report" / "traffic_energy.png").stat().st_size > 0
     assert "FedFSL" in report.read_text()
+    from fedml_fes.report.bench_plots import accuracy_vs_hours  # no positive time at all: no log-axis failure
+    assert accuracy_vs_hours({"fes": ([0.0], [0.5])}, {"fes": "FeS"}, {}, "t", tmp_path / "a.png").stat().st_size > 0
 
 
 def test_cli_bench_errors_are_one_line(tmp_path, capsys):

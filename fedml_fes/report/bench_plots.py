@@ -29,24 +29,43 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def accuracy_vs_hours(curves: dict[str, tuple[list[float], list[float]]], labels: dict[str, str],
-                      targets: dict[str, float], title: str, path: Path) -> Path:
-    """Accuracy per evaluated round against cumulative emulated hours (log x), one line per method."""
-    fig, ax = plt.subplots(figsize=(9, 4.6))
-    for method, (hours, acc) in curves.items():
-        pts = [(h, a) for h, a in zip(hours, acc) if h and h > 0 and a is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, lw=1.6,
-                    color=_color(method), label=labels[method], ls="-" if not method.startswith("fes_") else "--")
-    for (name, acc), style in zip(targets.items(), (":", "-.", "--")):
-        ax.axhline(acc, color="#555555", lw=0.9, ls=style, label=f"target: {name}")
-    ax.set_xscale("log")
-    ax.set_xlabel("emulated time (hours, log scale)")
-    ax.set_ylabel("test accuracy")
+def _line_style(method: str) -> str:
+    return "-" if not method.startswith("fes_") else "--"
+
+
+def _finish_lines(fig, ax, drawn: bool, log_y: bool, empty: str, xlabel: str, ylabel: str, title: str,
+                  path: Path) -> Path:
+    """Log axes, labels, legend and save for the per-method line plots. A log axis needs a
+    positive value: with no line drawn, the plot says `empty` instead of failing."""
+    if drawn:
+        ax.set_xscale("log")
+        if log_y:
+            ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
+
+
+def accuracy_vs_hours(curves: dict[str, tuple[list[float], list[float]]], labels: dict[str, str],
+                      targets: dict[str, float], title: str, path: Path) -> Path:
+    """Accuracy per evaluated round against cumulative emulated hours (log x), one line per method."""
+    fig, ax = plt.subplots(figsize=(9, 4.6))
+    drawn = False
+    for method, (hours, acc) in curves.items():
+        pts = [(h, a) for h, a in zip(hours, acc) if h and h > 0 and a is not None]
+        if pts:
+            drawn = True
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, lw=1.6,
+                    color=_color(method), label=labels[method], ls=_line_style(method))
+    for (name, acc), style in zip(targets.items(), (":", "-.", "--")):
+        ax.axhline(acc, color="#555555", lw=0.9, ls=style, label=f"target: {name}")
+    return _finish_lines(fig, ax, drawn, False, "no evaluated round to plot", "emulated time (hours, log scale)",
+                         "test accuracy", title, path)
 
 
 def resource_bars(methods: Sequence[str], labels: dict[str, str], traffic_target: dict[str, float | None],
@@ -91,21 +110,11 @@ def bandwidth_sweep(sweep: Sequence[float], hours: dict[str, list[float | None]]
         name = labels[method] + (" (not reached at some bandwidths)" if pts and missing else "")
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=4, color=_color(method),
-                    label=name, ls="-" if not method.startswith("fes_") else "--")
+                    label=name, ls=_line_style(method))
         else:  # never reached: listed, nothing drawn (the paper's X)
             ax.plot([], [], color=_color(method), label=f"{labels[method]}: not reached (X)")
-    if drawn:  # a log axis needs a positive value; with none, say so instead of plotting
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-    else:
-        ax.text(0.5, 0.5, "no method reached the target at any bandwidth", ha="center", va="center",
-                transform=ax.transAxes)
-    ax.set_xlabel("bandwidth (MB/s, both directions)")
-    ax.set_ylabel("hours to FedFSL's accuracy")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, path)
+    return _finish_lines(fig, ax, drawn, True, "no method reached the target at any bandwidth",
+                         "bandwidth (MB/s, both directions)", "hours to FedFSL's accuracy", title, path)
 
 
 def memory_bars(methods: Sequence[str], labels: dict[str, str], parts: dict[str, dict[str, float]],
