@@ -33,13 +33,13 @@ def measure(run_dir: Path, tail: int) -> dict:
     rows, summary = common.read_rows(run_dir), common.read_summary(run_dir)
     tasks = list(csv.DictReader((run_dir / "client_costs.csv").open()))
     train = [t for t in tasks if t["phase"] == "train" and t["accepted"] == "1"]
+    slowest: dict[tuple[int, str], float] = {}  # a round's compute: its slowest task of each phase, summed
+    for t in tasks:
+        key = (int(t["round"]), t["phase"])
+        slowest[key] = max(slowest.get(key, 0.0), float(t["compute_s"]))
     per_round: dict[int, float] = {}
-    for t in tasks:  # a round's compute: its slowest training task + its slowest labeling task
-        per_round.setdefault(int(t["round"]), 0.0)
-    for phase in ("train", "label"):
-        for r in per_round:
-            per_round[r] += max((float(t["compute_s"]) for t in tasks if t["phase"] == phase and int(t["round"]) == r),
-                                default=0.0)
+    for (r, _phase), seconds in slowest.items():
+        per_round[r] = per_round.get(r, 0.0) + seconds
     # a labeling round's pool size, from its inferred count and inferred fraction
     pool = sum(i / f for i, f in zip(common.floats(rows, "inferred"), common.floats(rows, "inferred_fraction")) if f > 0)
     accs = common.floats(rows, "test_acc")
