@@ -96,6 +96,7 @@ def test_metering_changes_nothing_in_training(tok):
 def test_peak_memory_parts(tok):
     enc = PromptEncoder(tok, "{text_a} It was {mask}.", 64)
     full, bias = _model(tok, "full"), _model(tok, "bias")
+    vocab_bias = full.mlm.cls.predictions.decoder.bias.nbytes
     out = {}
     for name, model in (("full", full), ("bias", bias)):
         with TaskMeter(model) as meter:
@@ -104,14 +105,71 @@ def test_peak_memory_parts(tok):
     f, b = out["full"], out["bias"]
     for m in (f, b):
         assert m["cost_activation_peak_bytes"] > 0
-        assert m["cost_peak_train_bytes"] == (m["cost_param_bytes"] + m["cost_grad_bytes"] + m["cost_optimizer_bytes"]
-                                              + m["cost_activation_peak_bytes"])
+        assert m["cost_peak_train_bytes"] == (m["cost_resident_param_bytes"] + m["cost_grad_bytes"]
+                                              + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"])
         assert m["cost_optimizer_bytes"] == 2 * m["cost_trainable_bytes"]
+        # no frozen bottom: the step reads the whole model but the vocabulary bias, of which only the
+        # verbalizer rows (3 floats); the class bias (3 floats) is read in full
+        assert m["cost_resident_param_bytes"] == m["cost_param_bytes"] - vocab_bias + 3 * 4
+        assert m["cost_fill_peak_bytes"] == 0
     assert f["cost_param_bytes"] == b["cost_param_bytes"]
     assert f["cost_peak_train_bytes"] > 2.5 * b["cost_peak_train_bytes"]
     with TaskMeter(bias) as meter, torch.no_grad():  # inference holds no training memory
         bias(**enc.batch(TEXTS[:4]))
     assert meter.metrics()["cost_peak_train_bytes"] == 0 and meter.metrics()["cost_bwd_flops"] == 0
+
+
+def _train_metered(tok, model):
+    enc = PromptEncoder(tok, "{text_a} It was {mask}.", 64)
+    targets = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
+    with TaskMeter(model) as meter:
+        train_examples(model, PromptAdapter(enc), TEXTS, None, targets, epochs=2, batch_size=2, lr=1e-3,
+                       weight_decay=0.0, generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))
+    return meter.metrics()
+
+
+def _bytes(params) -> int:
+    return sum(p.nbytes for p in params)
+
+
+def test_filled_cache_keeps_the_frozen_bottom_out_of_the_training_step(tok):
+    """Bottom filled before training: the step reads the top + head; the fill phase the embeddings + bottom."""
+    model = _model(tok, "plan", LayerPlan(4, 0, 2))
+    base = model.mlm.base_model
+    m = _train_metered(tok, model)
+    top = _bytes(p for layer in base.encoder.layer[2:] for p in layer.parameters())
+    head = _bytes(model.mlm.cls.predictions.transform.parameters())
+    verbalizer_rows = 3 * base.config.hidden_size * 4 + 3 * 4  # 3 rows of the tied decoder, 3 vocabulary biases
+    assert m["cost_resident_param_bytes"] == top + head + verbalizer_rows + model.class_bias.nbytes
+    assert m["cost_fill_peak_bytes"] == _bytes(base.embeddings.parameters()) + _bytes(
+        p for layer in base.encoder.layer[:2] for p in layer.parameters())
+    step = m["cost_resident_param_bytes"] + m["cost_grad_bytes"] + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"]
+    assert m["cost_peak_train_bytes"] == max(step, m["cost_fill_peak_bytes"])
+    assert model.split.cache.misses == len(TEXTS) and model.split.cache.hits == 2 * len(TEXTS)
+
+
+def test_bottom_run_during_training_counts_both_phases_together(tok):
+    """No cache: every step runs the bottom, so embeddings, bottom and top are all resident at once."""
+    model = _model(tok, "plan", LayerPlan(4, 0, 2))
+    model.split.cache = None
+    m = _train_metered(tok, model)
+    whole_but_vocab_bias = m["cost_param_bytes"] - model.mlm.cls.predictions.decoder.bias.nbytes + 3 * 4
+    assert m["cost_resident_param_bytes"] == whole_but_vocab_bias and m["cost_fill_peak_bytes"] == 0
+    assert m["cost_peak_train_bytes"] == (m["cost_resident_param_bytes"] + m["cost_grad_bytes"]
+                                          + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"])
+
+
+def test_prefilled_training_matches_lazy_bottom_bit_for_bit(tok):
+    """Filling the cache first changes when the bottom runs, not what training computes."""
+    out = []
+    for cached in (True, False):
+        model = _model(tok, "plan", LayerPlan(4, 0, 2), seed=5)
+        if not cached:
+            model.split.cache = None
+        torch.manual_seed(1)
+        _train_metered(tok, model)
+        out.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*out))
 
 
 # ---- device profiles ------------------------------------------------------------------------

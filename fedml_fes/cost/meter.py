@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .flops import EncoderShape, backward_flops, forward_flops, head_flops
-from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, SavedTensorMeter, parameter_bytes
+from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, ParameterReads, SavedTensorMeter, parameter_bytes
 
 
 def find_encoder(model: nn.Module) -> nn.Module | None:
@@ -77,6 +77,11 @@ class TaskMeter:
         self._info: dict[tuple[int, ...], _LayerInfo] = {}
         self._embeddings_train = False
         self._saved: SavedTensorMeter | None = None
+        # parameters read: the first training forward ("train") and the first frozen-bottom pass ("fill")
+        self._reads: ParameterReads | None = None
+        self._phases: list[str | None] = []
+        self._in_train_window = self._in_bottom_window = False
+        self._train_started = self._interleaved = False
         self._stack = contextlib.ExitStack()
 
     # ---- hooks ------------------------------------------------------------------------------
@@ -92,6 +97,35 @@ class TaskMeter:
         if torch.is_grad_enabled() and self.trainable_bytes:
             self.bwd += 2 * head
             self.updates += 1  # one optimizer step per training batch
+            if not self._train_started:
+                self._train_started = self._in_train_window = True
+                self._push("train")
+
+    def _after_model(self, *_: Any) -> None:
+        if self._in_train_window:
+            self._in_train_window = False
+            self._pop()
+
+    def _push(self, phase: str | None) -> None:
+        """Record parameter reads into `phase` until the matching `_pop` (None: not at all)."""
+        if self._reads is None:
+            return
+        if not self._phases:
+            self._reads.__enter__()
+        self._phases.append(self._reads.phase)
+        self._reads.phase = phase
+
+    def _pop(self) -> None:
+        if self._reads is None or not self._phases:
+            return
+        self._reads.phase = self._phases.pop()
+        if not self._phases:
+            self._reads.__exit__(None, None, None)
+
+    def _after_encoder(self, *_: Any) -> None:
+        if self._in_bottom_window:
+            self._in_bottom_window = False
+            self._pop()
 
     def _on_encoder(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -113,6 +147,11 @@ class TaskMeter:
         self.fwd += forward_flops(self.shape, t, sq, n)
         if bottom:
             self.bottom_tokens += t
+            self._interleaved |= self._train_started
+            if self._reads is not None and ("fill" not in self._reads.books or self._phases):
+                # the first bottom pass is the fill phase; later ones inside a training window are not the step's
+                self._in_bottom_window = True
+                self._push(None if "fill" in self._reads.books else "fill")
         else:
             self.tokens += t
         grad = torch.is_grad_enabled() and (input_grad or info.lowest_trainable is not None)
@@ -130,10 +169,14 @@ class TaskMeter:
             return self
         self._embeddings_train = any(p.requires_grad for p in self.encoder.embeddings.parameters())
         self._stack.callback(self.model.register_forward_pre_hook(self._on_model, with_kwargs=True).remove)
+        self._stack.callback(self.model.register_forward_hook(self._after_model).remove)
         self._stack.callback(self.encoder.register_forward_pre_hook(self._on_encoder, with_kwargs=True).remove)
+        self._stack.callback(self.encoder.register_forward_hook(self._after_encoder).remove)
         if self.measure_memory:
             self._saved = SavedTensorMeter(storages)
             self._stack.enter_context(self._saved.recording())
+            self._reads = ParameterReads()
+            self._stack.callback(self._close_reads)
         if self._cuda():
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
@@ -144,6 +187,11 @@ class TaskMeter:
         if self._cuda():
             self.cuda_peak = int(torch.cuda.max_memory_allocated(self.device))
 
+    def _close_reads(self) -> None:
+        """A forward that raised never ran its post-hook: leave no recording mode behind."""
+        while self._phases:
+            self._pop()
+
     def _cuda(self) -> bool:
         return self.device is not None and self.device.type == "cuda" and torch.cuda.is_available()
 
@@ -153,7 +201,15 @@ class TaskMeter:
         activations = self._saved.peak if self._saved is not None else 0
         grads = self.trainable_bytes if trained else 0
         optimizer = ADAM_STATE_TENSORS * self.trainable_bytes if trained else 0
-        peak = self.param_bytes + grads + optimizer + activations if trained and self.measure_memory else 0
+        reads = self._reads
+        if reads is not None and "train" in reads.books:
+            resident = reads.bytes("train", "fill") if self._interleaved else reads.bytes("train")
+            fill_peak = 0 if self._interleaved else reads.bytes("fill")
+        else:  # not recorded (no encoder found, memory not measured): the whole model
+            resident, fill_peak = self.param_bytes, 0
+        measured = trained and self.measure_memory
+        step_peak = resident + grads + optimizer + activations if measured else 0
+        peak = max(step_peak, fill_peak) if measured else 0
         return {
             "cost_fwd_flops": float(self.fwd), "cost_bwd_flops": float(self.bwd),
             "cost_steps": float(self.steps), "cost_examples": float(self.examples),
@@ -161,6 +217,8 @@ class TaskMeter:
             "cost_encoder_calls": float(self.encoder_calls), "cost_tokens": float(self.tokens),
             "cost_bottom_tokens": float(self.bottom_tokens),
             "cost_param_bytes": float(self.param_bytes), "cost_trainable_bytes": float(self.trainable_bytes),
+            "cost_resident_param_bytes": float(resident if measured else 0),
+            "cost_fill_peak_bytes": float(fill_peak if measured else 0),
             "cost_activation_peak_bytes": float(activations), "cost_grad_bytes": float(grads),
             "cost_optimizer_bytes": float(optimizer), "cost_peak_train_bytes": float(peak),
             "cost_cuda_peak_bytes": float(self.cuda_peak), "cost_cpu_s": float(self.cpu_s),

@@ -133,6 +133,11 @@ class PromptMLM(nn.Module):
             if isinstance(bias, nn.Parameter):
                 bias.requires_grad_(False)
 
+    def fill_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Frozen bottom + activation cache: compute these examples' bottom outputs now (else nothing)."""
+        if self.split is not None:
+            self.split.fill(input_ids, attention_mask)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_pos: torch.Tensor) -> torch.Tensor:
         if self.split is not None:
             hidden = self.split(input_ids, attention_mask)

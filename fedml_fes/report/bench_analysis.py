@@ -133,7 +133,10 @@ class BenchData:
                 if peak > best.get("peak", -1):
                     best = {"peak": peak, **{k: float(row.get(f"{k}_bytes") or 0)
                                               for k in ("param", "grad", "optimizer", "activation_peak",
-                                                        "cuda_peak", "trainable")}}
+                                                        "cuda_peak", "trainable", "fill_peak")}}
+                    # parameters the training step holds: those it reads (runs before the column: all)
+                    resident = row.get("resident_param_bytes")
+                    best["resident_param"] = float(resident) if resident not in (None, "") else best["param"]
         return best
 
     def accuracy_stats(self, method: str) -> dict[str, float | None]:

@@ -119,15 +119,21 @@ def bandwidth_sweep(sweep: Sequence[float], hours: dict[str, list[float | None]]
 
 def memory_bars(methods: Sequence[str], labels: dict[str, str], parts: dict[str, dict[str, float]],
                 path: Path) -> Path:
-    """Peak training memory per method, stacked: parameters, gradients, optimizer state, activations."""
+    """Peak training memory per method, stacked: parameters the step reads, gradients, optimizer state,
+    activations; a black tick marks the frozen-bottom fill phase where a method has one."""
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    keys = (("param", "parameters"), ("grad", "gradients"), ("optimizer", "AdamW state"),
+    keys = (("resident_param", "parameters read by the step"), ("grad", "gradients"), ("optimizer", "AdamW state"),
             ("activation_peak", "saved activations"))
     bottoms = [0.0] * len(methods)
     for (key, name), color in zip(keys, ("#4c72b0", "#dd8452", "#55a868", "#c44e52")):
         vals = [parts.get(m, {}).get(key, 0.0) / 1e6 for m in methods]
         ax.bar(range(len(methods)), vals, 0.6, bottom=bottoms, label=name, color=color)
         bottoms = [b + v for b, v in zip(bottoms, vals)]
+    fills = [(i, parts.get(m, {}).get("fill_peak", 0.0) / 1e6) for i, m in enumerate(methods)]
+    fills = [(i, v) for i, v in fills if v > 0]
+    if fills:
+        ax.scatter([i for i, _ in fills], [v for _, v in fills], marker="_", s=900, color="black", zorder=3,
+                   label="fill phase: embeddings + frozen bottom (no grad)")
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels([labels[m] for m in methods], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("MB")

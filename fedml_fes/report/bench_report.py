@@ -183,6 +183,7 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
         row.update({"traffic_to_target_bytes": traffic_t[m], "traffic_total_bytes": traffic_all[m],
                     f"energy_to_target_j_{head.name}": energy_t[m], f"energy_total_j_{head.name}": energy_all[m],
                     "peak_train_bytes": mem.get("peak"), "param_bytes": mem.get("param"),
+                    "resident_param_bytes": mem.get("resident_param"), "fill_peak_bytes": mem.get("fill_peak"),
                     "grad_bytes": mem.get("grad"), "optimizer_bytes": mem.get("optimizer"),
                     "activation_peak_bytes": mem.get("activation_peak"), "cuda_peak_bytes": mem.get("cuda_peak")})
         for dev in spec.devices:
@@ -191,8 +192,9 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     lines += ["## Traffic, energy and peak memory", "",
               f"Traffic and energy up to the round that first reaches {label(first_target) if first_target else '-'}'s "
               f"convergence accuracy, and for the whole run; energy on {head.label} at {net.describe()}. Peak training "
-              "memory is measured (parameters + gradients + AdamW state + tensors saved for backward; "
-              "docs/BENCHMARK.md).", ""]
+              "memory is measured (parameters the training step reads + gradients + AdamW state + tensors saved for "
+              "backward; with a frozen bottom filled into the activation cache first, the larger of that and the "
+              "fill phase's parameters; docs/BENCHMARK.md).", ""]
     lines += _table(["method", "traffic to target", "traffic, whole run", "energy to target", "energy, whole run",
                      "peak training memory", "of which activations", "CUDA peak"], res_rows) + [""]
     _write_csv(out_dir / "methods.csv", method_csv)

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 COLUMNS = ("round", "phase", "client_id", "accepted", "examples", "compute_s", "cpu_s", "fwd_flops", "bwd_flops",
            "filter_flops", "encoder_calls", "update_bytes", "steps", "tokens", "bottom_tokens", "bytes_down", "bytes_up",
-           "param_bytes", "trainable_bytes", "activation_peak_bytes", "grad_bytes", "optimizer_bytes",
-           "peak_train_bytes", "cuda_peak_bytes", "cache_bytes", "cache_hits", "cache_misses")
+           "param_bytes", "trainable_bytes", "resident_param_bytes", "fill_peak_bytes", "activation_peak_bytes",
+           "grad_bytes", "optimizer_bytes", "peak_train_bytes", "cuda_peak_bytes", "cache_bytes", "cache_hits", "cache_misses")
 FILE = "client_costs.csv"
 
 

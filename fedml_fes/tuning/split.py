@@ -115,6 +115,23 @@ class FrozenBottom:
             out[i, :len(h)] = h
         return out.to(input_ids.device)
 
+    def fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+        """Put these examples' bottom outputs in the cache ahead of training; returns how many were computed.
+
+        Training from a filled cache never runs the bottom, so the embeddings and bottom
+        layers are not needed while gradients and activations are held (see cost.memory).
+        """
+        if self.cache is None:
+            return 0
+        before = self.cache.misses
+        for ids, mask in zip(input_ids, attention_mask):
+            ids = ids[mask.bool()].cpu()
+            key = ActivationCache.key(ids)
+            if key not in self.cache.store:
+                self.cache.store[key] = self._bottom_one(ids.to(input_ids.device)).cpu()
+                self.cache.misses += 1
+        return self.cache.misses - before
+
     def top(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b:])):
             return self.base(inputs_embeds=hidden, attention_mask=attention_mask).last_hidden_state
