@@ -121,7 +121,7 @@ def memory_bars(methods: Sequence[str], labels: dict[str, str], parts: dict[str,
                 path: Path) -> Path:
     """Peak training memory per method, stacked: parameters the step reads, gradients, optimizer state,
     activations; a black tick marks the frozen-bottom fill phase where a method has one."""
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
     keys = (("resident_param", "parameters read by the step"), ("grad", "gradients"), ("optimizer", "AdamW state"),
             ("activation_peak", "saved activations"))
     bottoms = [0.0] * len(methods)
@@ -139,7 +139,7 @@ def memory_bars(methods: Sequence[str], labels: dict[str, str], parts: dict[str,
     ax.set_ylabel("MB")
     ax.set_title("peak training memory (measured)", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=0.4)  # beside the bars
     return _save(fig, path)
 
 
