@@ -63,16 +63,15 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard).
 
     A fresh AdamW per call, as clients in FedAvg do not keep optimizer state across rounds.
-    A model with a frozen, cached bottom (`fill_cache`) gets every example's bottom output
+    A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
     first, so no training step runs the bottom: same results, and the bottom need not be
     resident while training (cost.memory).
     """
-    fill = getattr(model, "fill_cache", None)
-    if fill is not None:
+    if getattr(model, "caches_bottom", False):
         for start in range(0, len(texts_a), batch_size):
             b = list(texts_b[start:start + batch_size]) if texts_b is not None else None
             batch = adapter.batch(list(texts_a[start:start + batch_size]), b)
-            fill(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+            model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)

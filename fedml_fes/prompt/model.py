@@ -133,10 +133,14 @@ class PromptMLM(nn.Module):
             if isinstance(bias, nn.Parameter):
                 bias.requires_grad_(False)
 
+    @property
+    def caches_bottom(self) -> bool:
+        """A frozen bottom whose outputs go to an activation cache (see `fill_cache`)."""
+        return self.split is not None and self.split.cache is not None
+
     def fill_cache(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        """Frozen bottom + activation cache: compute these examples' bottom outputs now (else nothing)."""
-        if self.split is not None:
-            self.split.fill(input_ids, attention_mask)
+        """Compute these examples' frozen-bottom outputs into the activation cache now."""
+        self.split.fill(input_ids, attention_mask)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_pos: torch.Tensor) -> torch.Tensor:
         if self.split is not None:

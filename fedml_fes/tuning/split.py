@@ -94,43 +94,36 @@ class FrozenBottom:
             self.base.train(was_training)
         return out.last_hidden_state[0]
 
+    def _row(self, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """One example's bottom output (unpadded ids): from the cache when it holds them, else computed (and kept)."""
+        if self.cache is None:
+            return self._bottom_one(ids.to(device)).cpu()
+        key = ActivationCache.key(ids)
+        hit = self.cache.store.get(key)
+        if hit is None:
+            hit = self.cache.store[key] = self._bottom_one(ids.to(device)).cpu()
+            self.cache.misses += 1
+        else:
+            self.cache.hits += 1
+        return hit
+
     def bottom(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, W, H) frozen-bottom hidden states, per example, zero at padded positions."""
-        rows = []
-        for ids, mask in zip(input_ids, attention_mask):
-            ids = ids[mask.bool()].cpu()
-            key = ActivationCache.key(ids) if self.cache is not None else ""
-            hit = self.cache.store.get(key) if self.cache is not None else None
-            if hit is None:
-                hit = self._bottom_one(ids.to(input_ids.device)).cpu()
-                if self.cache is not None:
-                    self.cache.store[key] = hit
-                    self.cache.misses += 1
-            else:
-                self.cache.hits += 1
-            rows.append(hit)
+        rows = [self._row(ids[mask.bool()].cpu(), input_ids.device) for ids, mask in zip(input_ids, attention_mask)]
         width = input_ids.shape[1]
         out = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=rows[0].dtype)
         for i, h in enumerate(rows):
             out[i, :len(h)] = h
         return out.to(input_ids.device)
 
-    def fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
-        """Put these examples' bottom outputs in the cache ahead of training; returns how many were computed.
+    def fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+        """Put these examples' bottom outputs in the cache ahead of training (a cached one counts as a hit).
 
         Training from a filled cache never runs the bottom, so the embeddings and bottom
         layers are not needed while gradients and activations are held (see cost.memory).
         """
-        if self.cache is None:
-            return 0
-        before = self.cache.misses
         for ids, mask in zip(input_ids, attention_mask):
-            ids = ids[mask.bool()].cpu()
-            key = ActivationCache.key(ids)
-            if key not in self.cache.store:
-                self.cache.store[key] = self._bottom_one(ids.to(input_ids.device)).cpu()
-                self.cache.misses += 1
-        return self.cache.misses - before
+            self._row(ids[mask.bool()].cpu(), input_ids.device)
 
     def top(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b:])):
