@@ -118,6 +118,23 @@ class MlmConfig:
     local_steps: int = 10  # optimizer steps per selected client per round
     mask_probability: float = 0.15
     heldout_texts: int = 400  # test texts used for masked-token accuracy
+    # One learning-rate schedule over the whole build (comm_round x local_steps optimizer
+    # steps; train_args.learning_rate is the peak): a short build needs a large lr early and
+    # a small one late, which a per-round constant cannot give. constant | linear | cosine
+    lr_schedule: str = "constant"
+    warmup_fraction: float = 0.0  # share of the build's steps spent warming the lr up from 0
+    # Mask rate while training only (0: mask_probability); evaluation always masks
+    # mask_probability. More targets per sentence = more signal per forward pass.
+    train_mask_probability: float = 0.0
+    # Dropout while building (-1: the model's own). A short build underfits, so dropout only
+    # slows it; the saved model keeps its config's dropout for later fine-tuning.
+    dropout: float = -1.0
+    # Start the untrained head's vocabulary bias at the log unigram frequencies of the clients'
+    # text (a token histogram each client could send once) instead of 0.
+    unigram_bias: bool = False
+    # Train the softmax over the train_vocab most frequent tokens of the clients' text (plus
+    # each batch's targets) instead of all ~30k: the projection is a third of a step. 0: all.
+    train_vocab: int = 0
 
 
 @dataclass
@@ -140,7 +157,9 @@ class PseudoConfig:
     start_round: int = 0  # no labeling pass before this round (warm up on gold labels first)
     label_every: int = 1  # f: a labeling pass every f rounds
     label_clients: int = 5  # n: clients that label per pass
-    per_pass: int = 100  # static pacing: pseudo labels added per labeling client per pass
+    # FedFSL's static pacing: every labeling client holds this many pseudo labels after each
+    # event (a constant, the reference code's 100; relabeled by the current model each time)
+    per_pass: int = 100
     confidence_threshold: float = 0.0  # keep only predictions at least this confident (0: off)
     skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
     soft_labels: bool = False  # train on the predicted distribution instead of the argmax
@@ -157,8 +176,14 @@ class TuningConfig:
     """Depth/capacity co-planning: top layers full, middle layers bias-only, bottom frozen."""
 
     full_layers: int = 0  # top encoder layers trained fully
-    bias_layers: int = 2  # the layers below them: biases only; everything lower is frozen
+    # the layers below them: biases only; everything lower is frozen. -1: the top third of the
+    # encoder, the paper's ratio (RoBERTa-large: biases of layers 16-23 of 24; MiniLM: 2 of 6)
+    bias_layers: int = -1
     activation_cache: bool = True  # cache frozen-bottom outputs per client (skip recompute)
+    # learning rate whenever only biases train (fedfsl_bias; fes with no full layer): a bias
+    # step must be far larger than a full fine-tuning step. The paper's artifact: 1e-3.
+    # 0: train_args.learning_rate
+    bias_learning_rate: float = 0.0
 
 
 @dataclass
@@ -167,11 +192,12 @@ class FilterConfig:
 
     method: str = "vote_k"  # vote_k | random | none
     proxy_model: str = OFFLINE_MINILM  # any sentence-transformers model name or path
-    knn: int = 10  # k of V(x): nearest neighbours by cosine
+    knn: int = 150  # k of V(x): nearest neighbours by cosine (the paper's 150; capped at pool - 1)
     rho: float = 10.0  # > 1: how strongly already-covered neighbourhoods are discounted
-    # infer this many times the pass's target from the ranking's prefix, keep the most confident
-    # target: 1 infers exactly the selected samples; more trades inference for label precision
-    oversample: float = 1.0
+    # candidates a labeling client infers: this fraction of its pool, taken from the top of the
+    # filter's ranking (never fewer than the event's budget); the most confident are kept.
+    # 0: the paper's per-dataset value (AG News and Yahoo 0.1, MNLI 0.2, Yelp-F 0.5; others 0.1)
+    candidate_fraction: float = 0.0
 
 
 @dataclass
@@ -182,15 +208,18 @@ class PacingConfig:
     f: int = 1  # static: label every f rounds
     n: int = 5  # static: on n clients
     k: float = 10.0  # static: k% more of each client's pool per pass
-    grid: list | None = None  # "f,n,k" strings; unset: the default 32
+    grid: list | None = None  # "f,n,k" strings; unset: the default 12 (f 1|5, n 2|4, k 1|2|4 %)
     trial_rounds: int = 1  # r: rounds each configuration is tried
-    top: int = 8  # t: configurations kept for switching
+    top: int = 4  # t: configurations kept and re-trialled when the current one falls below s
+    parallel_trials: int = 8  # trials running at once, each on its own group of idle clients
     switch_threshold: float = 0.0  # s: switch when the current AUG-E falls below it
     eta: float = 1.0
     theta: float = 1.0
     infer_latency_s: float = 0.5  # l_i per batch (paper constants: TX2, bias-only)
     train_latency_s: float = 1.0  # l_t per batch
-    val_examples: int = 200  # test examples the server scores every round for AUG-E
+    # gold-labeled examples (never test data) the server scores for AUG-E; in a deployment
+    # the gold clients would report this accuracy
+    val_examples: int = 200
 
 
 @dataclass
@@ -299,15 +328,18 @@ class FesConfig:
     def pseudo(self) -> PseudoConfig:
         return self.pseudo_args
 
-    def for_round(self, round_idx: int, uses_pseudo: bool) -> "FesConfig":
-        """The config a client trains with in `round_idx`: the warm-up's own lr and epochs
-        before pseudo_args.start_round (methods with pseudo labels), else this one."""
+    def for_round(self, round_idx: int, uses_pseudo: bool, bias_only: bool = False) -> "FesConfig":
+        """The config a client trains with in `round_idx`: tuning_args.bias_learning_rate when
+        only biases train, and the warm-up's own lr and epochs before pseudo_args.start_round
+        (methods with pseudo labels); else this one."""
         p = self.pseudo
-        if not uses_pseudo or round_idx >= p.start_round or not (p.warmup_learning_rate or p.warmup_epochs):
+        lr = self.tuning.bias_learning_rate if bias_only and self.tuning.bias_learning_rate else self.train.learning_rate
+        epochs = self.train.epochs
+        if uses_pseudo and round_idx < p.start_round:
+            lr, epochs = p.warmup_learning_rate or lr, p.warmup_epochs or epochs
+        if (lr, epochs) == (self.train.learning_rate, self.train.epochs):
             return self
-        train = dataclasses.replace(self.train, learning_rate=p.warmup_learning_rate or self.train.learning_rate,
-                                    epochs=p.warmup_epochs or self.train.epochs)
-        return dataclasses.replace(self, train_args=train)
+        return dataclasses.replace(self, train_args=dataclasses.replace(self.train, learning_rate=lr, epochs=epochs))
 
     @property
     def tuning(self) -> TuningConfig:
@@ -500,18 +532,22 @@ def validate(cfg: FesConfig) -> None:
     _check(cfg.model.tuning in ("full", "bias", "plan"),
            f"model_args.tuning must be full, bias or plan, got '{cfg.model.tuning}'")
     tu = cfg.tuning
-    _check(tu.full_layers >= 0 and tu.bias_layers >= 0, "tuning_args.full_layers and bias_layers must be >= 0")
+    _check(tu.full_layers >= 0 and tu.bias_layers >= -1,
+           "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third)")
     fl = cfg.filter
     _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
     _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
     _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
     _check(cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
            "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args)")
-    _check(fl.oversample >= 1, f"filter_args.oversample must be >= 1, got {fl.oversample}")
+    _check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
+    _check(0 <= fl.candidate_fraction <= 1,
+           f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}")
     pa = cfg.pacing
     _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
     _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100, "pacing_args: f and n must be >= 1, k in (0, 100]")
-    _check(pa.trial_rounds >= 1 and pa.top >= 1, "pacing_args.trial_rounds and top must be >= 1")
+    _check(pa.trial_rounds >= 1 and pa.top >= 1 and pa.parallel_trials >= 1,
+           "pacing_args.trial_rounds, top and parallel_trials must be >= 1")
     _check(pa.infer_latency_s > 0 and pa.train_latency_s > 0, "pacing_args latencies must be > 0")
     if pa.grid is not None and not isinstance(pa.grid, list):
         raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")

@@ -10,8 +10,14 @@ from fedml_fes.errors import FesError
 from .bench_config import PRESETS, load_bench, preset_path
 from .mpi_main import parse_overrides
 
+SUITES = ("bench", "fidelity")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", choices=SUITES, default="bench",
+                   help="bench (default): the cost benchmark of --preset/--cf; fidelity: FedCLS, Prompt-only, "
+                        "Pseudo-only, FedFSL and FeS on AG News, BBC News and TREC-6, seeds 0 1 2, one shared "
+                        "config (--cf, default run_configs/fidelity.yaml; benchmarks/fidelity.py is the same)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--preset", choices=PRESETS, default=None,
                      help="smoke (CI, minutes), cpu (this machine, under an hour), paper (roberta-large, GPU); "
@@ -30,9 +36,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a run-config key for every run, e.g. --set train_args.comm_round=3")
+    from .fidelity import add_arguments as add_fidelity_arguments
+    add_fidelity_arguments(p, standalone=False)
 
 
 def run_bench_command(opts: argparse.Namespace) -> int:
+    if opts.suite == "fidelity":
+        return _run_fidelity(opts)
+    given = [flag for flag, value in (("--datasets", opts.datasets), ("--agnews-dir", opts.agnews_dir),
+                                      ("--results", opts.results)) if value is not None]
+    if given or opts.jobs != 1:
+        raise FesError(f"{(given or ['--jobs'])[0]} belongs to --suite fidelity")
     from .bench import BenchInterrupted, build_report, devices_for, run_bench
 
     source = Path(opts.cf) if opts.cf else preset_path(opts.preset or "smoke")
@@ -54,6 +68,17 @@ def run_bench_command(opts: argparse.Namespace) -> int:
         return 130
     print_headline(path)
     return 0
+
+
+def _run_fidelity(opts: argparse.Namespace) -> int:
+    from .fidelity import run_command
+    wrong = [flag for flag, value in (("--preset", opts.preset), ("--device", opts.device),
+                                      ("--bandwidth", opts.bandwidth)) if value is not None]
+    wrong += ["--no-full-label"] if opts.no_full_label else []
+    if wrong:
+        raise FesError(f"{wrong[0]} is a --suite bench option (the fidelity suite reports TX2 hours at the "
+                       f"config's cost_args bandwidth)")
+    return run_command(opts, "fedml-fes bench --suite fidelity")
 
 
 def print_headline(report: Path) -> None:

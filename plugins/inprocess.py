@@ -31,62 +31,101 @@ def format_row(row: dict[str, Any], metric: str) -> str:
     return line + f"  clients={row['clients']}  {row['round_wall_s']:.1f}s"
 
 
-def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print) -> None:
-    """Build the FedBERT MLM head named by model_args.mlm_from if it is not cached yet."""
+def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progress: bool = False) -> None:
+    """Build the FedBERT MLM head named by model_args.mlm_from if it is not cached yet, for the
+    methods that read it (prompt models); a head classifier (FedCLS, Pseudo-only) never does."""
     from fedml_fes.pretrain.cache import load_cached_info
     from fedml_fes.pretrain.source import mlm_build_config
     from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.methods import get_method
 
+    if not getattr(get_method(cfg.train.method), "prompt", False):
+        return
     mlm_cfg = mlm_build_config(cfg)
     if mlm_cfg is None or load_cached_info(mlm_cfg) is not None:
         return
     echo(f"building the MLM head first ({cfg.model.mlm_from}); it is cached for later runs")
-    run_in_process(mlm_cfg, make_run_dir(mlm_cfg), progress=False, echo=echo)
+    run_in_process(mlm_cfg, make_run_dir(mlm_cfg), progress=progress, echo=echo)
 
 
 def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
                    echo: Callable[[str], None] = print) -> dict[str, Any]:
+    from fedml_fes.runtime.methods import get_method
     from fedml_fes.runtime.session import ServerSession
 
-    ensure_mlm_build(cfg, echo)
-    args = cfg.flat_args()
-    args.training_type, args.backend = "simulation", "sp"
-    args = offline_fedml_init(args, run_dir)
-    job = build_job(cfg, role="both", run_dir=run_dir)
-    cached = job.method.cached_result(cfg)
+    ensure_mlm_build(cfg, echo, progress)
+    method_name = cfg.train.method
+    method = get_method(method_name)
+    cached = method.cached_result(cfg)  # before loading anything
     if cached is not None:
-        echo(f"reusing cached {cfg.train.method} build at {cached.get('path')} "
-             f"({job.method.primary_metric}={cached.get('masked_token_acc')})")
+        echo(f"reusing cached {method_name} build at {cached.get('path')} "
+             f"({method.primary_metric}={cached.get(method.primary_metric)})")
         return {"status": "cached", **cached, "run_dir": str(run_dir)}
-    # Trainer and aggregator share one model object: the trainer overwrites every trainable
-    # tensor with the global ones before each client, so sharing only saves memory.
-    trainer = FesClientTrainer(job, args)
-    aggregator = FesServerAggregator(job, args)
-    session = ServerSession(job, aggregator, run_dir, runtime="in_process")
-    server = session.server
-    metric = job.method.primary_metric
-    bar = tqdm(range(server.num_rounds), desc=f"{cfg.train.method} rounds", disable=not progress,
-               dynamic_ncols=True)
+    # Shown at once: loading, the initial evaluation and (builds) every optimizer step. Without
+    # a bar, builds (methods that count steps) say each phase in a line instead.
+    stepwise = hasattr(method, "set_progress")
+    bar = tqdm(total=cfg.train.comm_round, desc=f"{method_name}: loading data and model", unit="round",
+               disable=not progress, dynamic_ncols=True)
+    say = bar.write if progress else echo
+
+    def phase(what: str) -> None:
+        if progress:
+            bar.set_description(f"{method_name}: {what}")
+        elif stepwise:
+            echo(f"{method_name}: {what}")
+
+    if not progress:
+        phase("loading data and model")
+    job = None
     try:
-        for r in bar:
-            global_params = server.global_params()
-            label_tasks = server.plan_labeling(r)
-            if label_tasks:
-                server.finish_labeling(r, [trainer.run_task(t, global_params) for t in label_tasks])
-            tasks = server.plan(r)
-            updates = [trainer.run_task(t, global_params) for t in tasks]
-            row = server.finish_round(r, updates, planned=len(tasks))
-            (bar.write if progress else echo)(format_row(row, metric))
-    except KeyboardInterrupt:
-        session.fail("interrupted by user", status="interrupted")
-        raise
-    except FesError as e:
-        session.fail(str(e))
-        raise
-    except Exception as e:  # keep what was computed, then report one line
-        session.fail(f"{type(e).__name__}: {e}")
-        raise FesError(f"run failed in round {len(session.recorder.rows)}: {type(e).__name__}: {e} "
-                       f"(details in {run_dir})") from e
+        args = cfg.flat_args()
+        args.training_type, args.backend = "simulation", "sp"
+        args = offline_fedml_init(args, run_dir)
+        job = build_job(cfg, role="both", run_dir=run_dir)
+        # Trainer and aggregator share one model object: the trainer overwrites every trainable
+        # tensor with the global ones before each client, so sharing only saves memory.
+        trainer = FesClientTrainer(job, args)
+        aggregator = FesServerAggregator(job, args)
+        phase("initial evaluation")
+        session = ServerSession(job, aggregator, run_dir, runtime="in_process")
+        server = session.server
+        metric = job.method.primary_metric
+        if stepwise:
+            per_round = (min(cfg.train.client_num_per_round, len(job.method.eligible_clients(job.data)))
+                         * job.method.steps_per_task(cfg))
+            phase(f"training, {server.num_rounds} rounds x {per_round} steps")
+            if progress:
+                bar.unit, bar.total = "step", server.num_rounds * per_round
+                job.method.set_progress(lambda: bar.update(1))
+        else:
+            phase("training")
+        bar.refresh()
+        try:
+            for r in range(server.num_rounds):
+                global_params = server.global_params()
+                label_tasks = server.plan_labeling(r)
+                if label_tasks:
+                    server.finish_labeling(r, [trainer.run_task(t, global_params) for t in label_tasks])
+                tasks = server.plan(r)
+                updates = [trainer.run_task(t, global_params) for t in tasks]
+                row = server.finish_round(r, updates, planned=len(tasks))
+                if not stepwise:
+                    bar.update(1)
+                say(format_row(row, metric))
+        except KeyboardInterrupt:
+            session.fail("interrupted by user", status="interrupted")
+            raise
+        except FesError as e:
+            session.fail(str(e))
+            raise
+        except Exception as e:  # keep what was computed, then report one line
+            session.fail(f"{type(e).__name__}: {e}")
+            raise FesError(f"run failed in round {len(session.recorder.rows)}: {type(e).__name__}: {e} "
+                           f"(details in {run_dir})") from e
+        if stepwise:
+            phase("saving")
+        return session.complete()
     finally:
+        if job is not None and stepwise:
+            job.method.set_progress(None)
         bar.close()
-    return session.complete()

@@ -1,7 +1,8 @@
 """`fedml-fes plan --cf CONFIG`: choose the co-planning depth with short proxy runs.
 
 Each probe is a real in-process run of the config (its method, e.g. `fes`) for a few
-rounds with `tuning_args.bias_layers = depth` and no fully trained layer; its accuracy and
+rounds with `tuning_args.bias_layers = depth` and no fully trained layer; its accuracy on
+the gold-label validation set (metrics.csv `val_acc`; never the test split) and
 its measured client compute per round feed `fedml_fes.tuning.planner.search_depth`. The
 result (a table and the chosen `tuning_args`) is printed and written to plan.json.
 """
@@ -14,6 +15,7 @@ import math
 from pathlib import Path
 
 from fedml_fes.config import FesConfig
+from fedml_fes.errors import FesError
 from fedml_fes.tuning.planner import Probe, search_depth
 
 from .inprocess import run_in_process
@@ -25,12 +27,15 @@ def _probe(cfg: FesConfig, out: Path, rounds: int):
                                 train_args=dataclasses.replace(cfg.train, comm_round=rounds))
         run_dir = out / f"depth{depth}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        summary = run_in_process(c, run_dir, progress=False, echo=lambda _l: None)
+        run_in_process(c, run_dir, progress=False, echo=lambda _l: None)
         rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
         cost = sum(float(r["client_compute_s_max"]) for r in rows) / max(len(rows), 1)
         per_client = [int(r["bytes_up"]) / max(len(r["clients"].split()), 1) for r in rows]
-        acc = summary.get("final")
-        print(f"  depth {depth}: accuracy {acc:.4f}, client compute {cost:.2f}s/round", flush=True)
+        val = [float(r["val_acc"]) for r in rows if r.get("val_acc") not in (None, "", "nan")]
+        acc = val[-1] if val else None
+        if acc is None:
+            raise FesError(f"probe at depth {depth} recorded no validation accuracy (no gold labels?)")
+        print(f"  depth {depth}: validation accuracy {acc:.4f}, client compute {cost:.2f}s/round", flush=True)
         return Probe(depth, float(acc if acc is not None else -math.inf), cost, int(max(per_client, default=0)))
     return probe
 

@@ -10,11 +10,11 @@ from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
-from fedml_fes.pseudo.filtering import cached_order, knn_indices, random_order, vote_k_order
-from fedml_fes.pseudo.pacing import Pacing, PacingConfigurator, aug_e, default_grid, parse_grid, per_pass_count
+from fedml_fes.pseudo.filtering import cached_order, centred, knn_indices, random_order, vote_k_order
+from fedml_fes.pseudo.pacing import Pacing, PacingConfigurator, aug_e, budget_target, default_grid, parse_grid
 from fedml_fes.runtime.job import make_run_dir
 from fedml_fes.tuning.params import trainable_state
-from fedml_fes.tuning.plan import LayerPlan, apply_tuning, num_layers
+from fedml_fes.tuning.plan import LayerPlan, apply_tuning, num_layers, plan_for
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom
 
 from .conftest import small_config
@@ -22,8 +22,10 @@ from .conftest import small_config
 
 # ---- curriculum pacing ----------------------------------------------------------------------
 
-def test_default_grid_has_32_and_parsing():
-    assert len(default_grid()) == 32 and len(set(default_grid())) == 32
+def test_default_grid_is_built_around_the_papers_examples_and_parsing():
+    grid = default_grid()
+    assert Pacing(5, 2, 1.0) in grid and Pacing(1, 4, 2.0) in grid and len(set(grid)) == len(grid) == 12
+    assert {p.k for p in grid} == {1.0, 2.0, 4.0}  # 1-4% of the pool per event
     assert parse_grid(["2,5,10", [1, 1, 5]]) == [Pacing(2, 5, 10.0), Pacing(1, 1, 5.0)]
     with pytest.raises(FesError, match="'f,n,k'"):
         parse_grid(["2,5"])
@@ -37,23 +39,51 @@ def test_aug_e_formula():
     assert aug_e(0.06, p, 0.5, 1.0, eta=1.0, theta=2.0) == pytest.approx(0.06 / 21.0)
 
 
-def test_configurator_trials_then_picks_best_then_switches():
-    grid = [Pacing(1, 5, 10), Pacing(2, 2, 5), Pacing(4, 1, 5)]
+def test_configurator_trials_in_parallel_on_idle_groups_then_retrials_only_the_top():
+    grid = [Pacing(1, 2, 2), Pacing(5, 2, 1), Pacing(1, 4, 4)]
     c = PacingConfigurator(grid, trial_rounds=1, top=2, switch_threshold=0.0, infer_latency=0.5,
-                           train_latency=1.0)
-    events = []
-    c.start(0.30)  # accuracy before round 0
-    for r, acc in enumerate([0.31, 0.40, 0.41]):  # trial gains: 0.01, 0.09, 0.01
-        events += c.observe(r, acc)
-    assert "delta_acc=+0.0100" in events[0]
-    assert c.current == Pacing(2, 2, 5) and len(c.ranked) == 2
-    assert any("pacing chose <f=2, n=2, k=5%>" in e for e in events)
-    events = c.observe(3, 0.40)  # accuracy fell: AUG-E < s -> switch to the next of the top t
-    assert c.current == c.ranked[1] and "pacing switch" in events[0]
+                           train_latency=1.0, parallel_trials=8)
+    rng = np.random.default_rng(0)
+    events = c.start_trials(0, idle=list(range(10, 20)), fraction=0.0, rng=rng)
+    assert len(c.running) == 3 and len(events) == 3  # all three at once, same round
+    groups = [set(t.group) for t in c.running]
+    assert [len(g) for g in groups] == [2, 2, 4] and len(set.union(*groups)) == 8  # disjoint groups
+    assert c.busy_clients() == set.union(*groups) and c.current == grid[0]
+    events = c.finish_trial_round(0, {0: 0.01, 1: 0.02, 2: 0.0})
+    # AUG-E: 0.01 / (0.5*2 + 2) ; 0.02 / (0.5*2/5 + 1) ; 0 -> <5,2,1> wins
+    assert c.current == Pacing(5, 2, 1) and c.ranked == [Pacing(5, 2, 1), Pacing(1, 2, 2)]
+    assert not c.trialing and any("pacing chose <f=5, n=2, k=1%>" in e for e in events)
+    assert c.observe(1, 0.50) == []  # opens the main window
+    events = c.observe(2, 0.45)  # accuracy fell: AUG-E < s -> only the top t are trialled again
+    assert "re-trialling the top 2" in events[0] and c.pending == [Pacing(5, 2, 1), Pacing(1, 2, 2)]
+    c.start_trials(3, idle=[1, 2, 3, 4], fraction=0.1, rng=rng)
+    assert [t.config for t in c.running] == [Pacing(5, 2, 1), Pacing(1, 2, 2)]
+    assert all(t.fraction == 0.1 for t in c.running)
+    c.finish_trial_round(3, {0: -0.01, 1: 0.03})
+    assert c.current == Pacing(1, 2, 2)
 
 
-def test_per_pass_count():
-    assert per_pass_count(64, 10) == 7 and per_pass_count(3, 1) == 1
+def test_configurator_breaks_ties_towards_the_cheaper_configuration():
+    grid = [Pacing(1, 4, 4), Pacing(5, 2, 1), Pacing(1, 2, 1)]
+    c = PacingConfigurator(grid, 1, 3, 0.0, 0.5, 1.0)
+    c.start_trials(0, idle=list(range(20)), fraction=0.0, rng=np.random.default_rng(0))
+    c.finish_trial_round(0, {})  # no gain measured anywhere: AUG-E 0 for all
+    assert c.ranked == [Pacing(5, 2, 1), Pacing(1, 2, 1), Pacing(1, 4, 4)]
+
+
+def test_configurator_waits_for_idle_clients_and_gives_up_when_none():
+    c = PacingConfigurator([Pacing(1, 4, 1), Pacing(1, 2, 1)], 1, 2, 0.0, 0.5, 1.0, parallel_trials=1)
+    c.start_trials(0, idle=[1, 2, 3, 4, 5], fraction=0.0, rng=np.random.default_rng(0))
+    assert len(c.running) == 1 and c.pending == [Pacing(1, 2, 1)]  # one at a time: the second waits
+    c.finish_trial_round(0, {0: 0.1})
+    events = c.start_trials(1, idle=[7], fraction=0.0, rng=np.random.default_rng(0))
+    assert not c.trialing and "not trialled" in events[0] and c.current == Pacing(1, 4, 1)
+
+
+def test_budget_is_a_share_of_the_pool_at_least_one():
+    assert budget_target(64, 0.02) == 2 and budget_target(64, 0.06) == 4 and budget_target(3, 0.01) == 1
+    assert budget_target(100, 0.07) == 7  # no float noise: 100 * (0.01 * 7) is 7.000000000000001
+    assert budget_target(10, 2.0) == 10
 
 
 # ---- representational filtering -------------------------------------------------------------
@@ -164,7 +194,7 @@ def test_activation_cache_is_bit_identical_and_no_backward_below(tok):
 
 def _run(tmp_path, tiny_model_dir, method, **sections):
     from fedml_fes_plugins.inprocess import run_in_process
-    sections = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001},
+    sections = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
                 "tuning_args": {"full_layers": 0, "bias_layers": 1},
                 "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
                 "filter_args": {"knn": 5}, **sections}
@@ -178,9 +208,9 @@ def test_fes_in_process_uses_all_three_designs(tmp_path, tiny_model_dir):
     summary, run_dir = _run(tmp_path, tiny_model_dir, "fes")
     assert summary["status"] == "completed"
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
-    assert rows[0]["pacing"] == "<f=1, n=3, k=20%>" and rows[1]["pacing"] == "<f=2, n=2, k=10%>"
+    assert rows[0]["pacing"] == "<f=1, n=3, k=20%>"  # the list's first until the trials choose
     events = (run_dir / "events.log").read_text()
-    assert "pacing trial 1/2" in events and "pacing chose" in events
+    assert "pacing trial <f=1, n=3, k=20%> on idle clients" in events and "pacing chose" in events
     labeled = [r for r in rows if r["inferred_fraction"]]
     assert labeled and all(float(r["inferred_fraction"]) < 1.0 for r in labeled)  # filtering skips part
     assert list((run_dir / "clients").glob("*/activations.pt"))  # co-planning's frozen bottom is cached
@@ -210,12 +240,24 @@ def test_fes_ablations_run(tmp_path, tiny_model_dir, method):
         assert not list((run_dir / "clients").glob("*/activations.pt"))
 
 
-def test_knn_larger_than_every_pool_is_an_error(tmp_path, tiny_model_dir):
-    from fedml_fes.runtime.job import build_job
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"},
-                                       filter_args={"knn": 500}))
-    with pytest.raises(FesError, match="filter_args.knn=500 is larger than every client's unlabeled pool"):
-        build_job(cfg, "both", tmp_path / "run")
+def test_knn_larger_than_a_pool_is_capped():
+    pts, _ = _clusters([4, 4])
+    assert knn_indices(pts, 150).shape == (8, 7)
+
+
+def test_filter_ranks_mean_centred_embeddings(tmp_path):
+    from fedml_fes.pseudo.filtering import ProxyEmbedder
+    pts, _ = _clusters([6, 5, 4], dim=6)
+    pts = pts + 50.0  # a shared offset, as sentence encoders have
+    assert np.allclose(centred(pts).mean(axis=0), 0, atol=1e-4)
+    np.save(tmp_path / "proxy_embeddings.npy", pts)
+    order = cached_order(tmp_path, ["t"] * len(pts), "vote_k", ProxyEmbedder("unused"), knn=3, rho=10.0, seed=0)
+    assert np.array_equal(order, vote_k_order(knn_indices(centred(pts), 3), 10.0))
+
+
+def test_default_plan_keeps_the_papers_top_third_bias_only():
+    assert (plan_for(24, 0, -1).bias_layers, plan_for(24, 0, -1).frozen_bottom) == (8, 16)  # layers 16-23
+    assert plan_for(6, 0, -1).bias_layers == 2 and plan_for(6, 1, 3).bias_layers == 3
 
 
 # ---- the co-planning planner ----------------------------------------------------------------
@@ -259,22 +301,119 @@ def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_d
     assert (warm.learning_rate, warm.epochs) == (3e-3, 3)
     assert (later.learning_rate, later.epochs) == (1e-4, 1)
     assert cfg.for_round(0, uses_pseudo=False) is cfg  # no warm-up without pseudo labels
+    biased = config_from_dict({**raw, "tuning_args": {"bias_learning_rate": 1e-3}})
+    assert biased.for_round(2, True, bias_only=True).train.learning_rate == 1e-3
+    assert biased.for_round(2, True, bias_only=False).train.learning_rate == 1e-4
+    assert biased.for_round(1, True, bias_only=True).train.learning_rate == 3e-3  # the warm-up's own wins
     with pytest.raises(FesError, match="warmup_learning_rate and warmup_epochs must be >= 0"):
         config_from_dict(small_config(tmp_path, tiny_model_dir, pseudo_args={"warmup_epochs": -1}))
 
 
-def test_oversampled_filter_infers_more_and_keeps_the_confident(tmp_path, tiny_model_dir):
-    _, plain = _run(tmp_path / "plain", tiny_model_dir, "fes")
-    _, over = _run(tmp_path / "over", tiny_model_dir, "fes", filter_args={"knn": 5, "oversample": 2.0})
+def test_candidates_are_a_fraction_of_the_pool_and_confidence_keeps_the_budget(tmp_path, tiny_model_dir):
+    _, run_dir = _run(tmp_path, tiny_model_dir, "fes_no_dc", filter_args={"knn": 5, "candidate_fraction": 0.5},
+                      pacing_args={"f": 1, "n": 2, "k": 2})
+    rows = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r["inferred"]]
+    first = rows[0]
+    assert 0.45 < float(first["inferred_fraction"]) < 0.6  # half of each pool inferred
+    assert int(first["pseudo_labeled"]) < int(first["inferred"])  # confidence chose among them
+    with pytest.raises(FesError, match="candidate_fraction must be in"):
+        config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"candidate_fraction": 1.5}))
 
-    def first_pass(d):
-        r = next(r for r in csv.DictReader((d / "metrics.csv").open()) if r["inferred"])
-        return int(r["inferred"]), int(r["pseudo_labeled"])
-    (inf_plain, kept_plain), (inf_over, kept_over) = first_pass(plain), first_pass(over)
-    assert kept_over == kept_plain and inf_plain == kept_plain  # same target kept
-    assert inf_over > inf_plain  # from a longer prefix of the ranking
-    with pytest.raises(FesError, match="oversample must be >= 1"):
-        config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"oversample": 0.5}))
+
+def test_candidate_fraction_defaults_to_the_papers_per_dataset_values(tmp_path, tiny_model_dir):
+    from fedml_fes.runtime.methods import candidate_fraction
+    for dataset, expected in (("agnews", 0.1), ("yahoo_answers", 0.1), ("mnli", 0.2), ("yelp_review_full", 0.5),
+                              ("bbc_news", 0.1)):
+        cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, data_args={"dataset": dataset,
+                                                                                 "data_dir": "x"}))
+        assert candidate_fraction(cfg) == expected
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"candidate_fraction": 0.3}))
+    assert candidate_fraction(cfg) == 0.3
+
+
+def _labels_held(run_dir, trial=False):
+    import json
+    name = "pseudo_labels.trial.json" if trial else "pseudo_labels.json"
+    return {int(p.parent.name): len(json.loads(p.read_text())["example_ids"])
+            for p in (run_dir / "clients").glob(f"*/{name}")}
+
+
+def test_pacing_budget_follows_global_labeling_events(tmp_path, tiny_model_dir):
+    """A client first sampled at the e-th event labels e x k% of its pool, not k%."""
+    from fedml_fes.data.federated import build_federated_data
+    _, run_dir = _run(tmp_path, tiny_model_dir, "fes_no_dc", pacing_args={"f": 1, "n": 2, "k": 10})
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    last_event = {}
+    for event, r in enumerate(rows, start=1):
+        for c in r["label_clients"].split():
+            last_event[int(c)] = event
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, data_args={"gold_labels": 16, "gold_sparsity": 0.001,
+                                                                             "client_num_in_total": 12}))
+    pools = {c.client_id: len(c.unlabeled) for c in build_federated_data(cfg)[0].clients}
+    held = _labels_held(run_dir)
+    assert held == {c: budget_target(pools[c], 0.1 * e) for c, e in last_event.items()}
+    assert any(e >= 2 and held[c] > budget_target(pools[c], 0.1) for c, e in last_event.items())
+
+
+def test_fedfsl_static_pacing_holds_a_constant_count(tmp_path, tiny_model_dir):
+    _, run_dir = _run(tmp_path, tiny_model_dir, "fedfsl", pseudo_args={"per_pass": 5, "label_clients": 8})
+    assert set(_labels_held(run_dir).values()) == {5}  # every client labeled 4 times, holds 5, not 20
+
+
+def test_trials_run_on_idle_clients_in_the_same_rounds(tmp_path, tiny_model_dir):
+    _, run_dir = _run(tmp_path, tiny_model_dir, "fes", pacing_args={"grid": ["1,2,10", "2,1,20"], "val_examples": 30})
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    events = (run_dir / "events.log").read_text()
+    assert events.count("on idle clients") == 2 and "pacing chose" in events
+    first = rows[0]
+    assert int(first["trial_updates"]) >= 1 and first["clients"]  # main training went on in the trial round
+    trial_clients = {int(c) for line in events.splitlines() if "on idle clients" in line
+                     for c in line.split("[")[1].rstrip("]").split(",")}
+    assert not trial_clients & {int(c) for c in first["clients"].split() + first["label_clients"].split()}
+    assert set(_labels_held(run_dir, trial=True)) == trial_clients  # trial labels kept apart
+
+
+def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
+    """Every evaluation but the scheduled test rounds uses the gold labels only."""
+    from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.client import LocalTrainer
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "comm_round": 3,
+                                                              "frequency_of_the_test": 3},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+                       tuning_args={"full_layers": 0, "bias_layers": 1},
+                       pacing_args={"grid": ["1,2,10", "2,1,20"]}, filter_args={"knn": 5},
+                       pseudo_args={"skip_if_worse_than_zero_shot": True})
+    cfg = config_from_dict(raw)
+    run_dir = make_run_dir(cfg)
+    job = build_job(cfg, "both", run_dir)
+    scored = []
+
+    class Recording(FedAvgCore):
+        def test(self, test_data, device, args):
+            scored.append(test_data)
+            return super().test(test_data, device, args)
+
+    server = RoundServer(job, Recording(job), RunRecorder(run_dir, "test_acc"))
+    trainer = LocalTrainer(job)
+    for r in range(3):
+        params = server.global_params()
+
+        def play(tasks):
+            out = []
+            for t in tasks:
+                trainer.set_params(params)
+                out.append(trainer.run(t, job.data.clients[t.client_id]))
+            return out
+        server.finish_labeling(r, play(server.plan_labeling(r)))
+        row = server.finish_round(r, play(server.plan(r)))
+    gold = {t for c in job.data.clients for t in c.gold_texts}
+    on_test = [d for d in scored if d is job.data.test]
+    assert len(on_test) == 2  # the zero-shot score and the last round's, nothing else
+    assert all(set(d.texts) <= gold for d in scored if d is not job.data.test)
+    assert "val_acc" in row and row["val_acc"] == row["val_acc"]
 
 
 @pytest.mark.parametrize("train_it", [True, False])

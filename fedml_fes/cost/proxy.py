@@ -34,11 +34,13 @@ def _proxy(name: str):
     return EncoderShape.of(AutoConfig.from_pretrained(path)), tok, max_len
 
 
-def proxy_embedding_flops(name: str, texts: Sequence[str]) -> float:
-    """Forward FLOPs of embedding `texts` with the proxy model `name`."""
+def proxy_embedding_flops(name: str, texts: Sequence[str], cap: int | None = None) -> float:
+    """Forward FLOPs of embedding `texts` with the proxy model `name` (reading at most `cap`
+    tokens, as filtering.ProxyEmbedder does with the prompt model's max length)."""
     if not texts:
         return 0.0
     shape, tok, max_len = _proxy(name)
+    max_len = min(max_len, cap) if cap else max_len
     lengths = sorted(len(ids) for ids in tok(list(texts), truncation=True, max_length=max_len)["input_ids"])
     total = 0.0
     for start in range(0, len(lengths), ENCODE_BATCH):

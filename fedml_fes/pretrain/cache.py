@@ -12,13 +12,17 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
-
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from ..config import FesConfig
 
+if TYPE_CHECKING:  # the cache lookup itself needs no torch/transformers import
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 INFO_FILE = "fes_mlm.json"
+# Bumped when the training procedure changes what the same settings produce (2: batches of
+# similar length, fused AdamW, per-build lr schedule), so older builds are not reused.
+RECIPE = 2
 
 
 def _changed(section: Any) -> dict[str, Any]:
@@ -30,6 +34,7 @@ def _changed(section: Any) -> dict[str, Any]:
 
 def mlm_cache_key(cfg: FesConfig) -> str:
     ident = {
+        "recipe": RECIPE,
         "model": cfg.model.model,
         "max_seq_length": cfg.model.max_seq_length,
         "seed": cfg.common.random_seed,
@@ -49,13 +54,16 @@ def load_cached_info(cfg: FesConfig) -> dict[str, Any] | None:
     return json.loads(info.read_text()) if info.is_file() else None
 
 
-def save_mlm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig,
+def save_mlm(model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", cfg: FesConfig,
              info: dict[str, Any]) -> Path:
+    from ..models import _quiet_transformers  # no "Writing model shards" bar inside our own output
+
     final = mlm_cache_path(cfg)
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with _quiet_transformers():
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     (tmp / INFO_FILE).write_text(json.dumps({**info, "path": str(final)}, indent=2))
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists():  # another process finished the same build first

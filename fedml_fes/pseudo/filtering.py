@@ -1,7 +1,9 @@
 """Representational filtering: rank a client's unlabeled pool by how much each sample adds.
 
-A Sentence-BERT proxy embeds the pool once (cached in the client's store). With V(x) the k
-nearest neighbours of x by cosine and E(u) = {x : u in V(x)}, the greedy step picks
+A Sentence-BERT proxy embeds the pool once (cached in the client's store). The embeddings
+are mean-centred over the pool first, as in the paper's reference code: sentence encoders put
+every text in a narrow cone, and cosine on raw vectors then ranks neighbours by that shared
+direction more than by topic. With V(x) the k nearest neighbours of x by cosine and E(u) = {x : u in V(x)}, the greedy step picks
 
     argmax_u  score(u) = sum over x in E(u) of rho ** (-|V(x) & L|),   rho > 1,
 
@@ -40,6 +42,11 @@ def knn_indices(embeddings: np.ndarray, k: int, block: int = 2048) -> np.ndarray
     return out
 
 
+def centred(embeddings: np.ndarray) -> np.ndarray:
+    """Subtract the pool's mean embedding (before cosine similarity)."""
+    return embeddings - embeddings.mean(axis=0, keepdims=True)
+
+
 def vote_k_order(neighbours: np.ndarray, rho: float, limit: int | None = None) -> np.ndarray:
     """Greedy selection order over the pool (first `limit` picks; all by default)."""
     if rho <= 1:
@@ -75,10 +82,14 @@ def random_order(n: int, seed: int) -> np.ndarray:
 
 
 class ProxyEmbedder:
-    """Sentence-BERT proxy (any sentence-transformers model), loaded once per process."""
+    """Sentence-BERT proxy (any sentence-transformers model), loaded once per process.
 
-    def __init__(self, name: str, device: str = "cpu"):
-        self.name, self.device = name, device
+    `max_len` caps what the proxy reads at what the prompt model reads (model_args.
+    max_seq_length): text the model never sees should not decide what it labels, and a
+    256-token proxy pass over long articles costs more than the labeling it saves."""
+
+    def __init__(self, name: str, device: str = "cpu", max_len: int | None = None):
+        self.name, self.device, self.max_len = name, device, max_len
         self._model = None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -90,6 +101,8 @@ class ProxyEmbedder:
                 self._model = SentenceTransformer(resolve_model_path(self.name), device=self.device)
             except OSError as e:
                 raise FesError(f"cannot load the filtering proxy '{self.name}': {str(e).splitlines()[0]}") from None
+            if self.max_len:
+                self._model.max_seq_length = min(self._model.max_seq_length or self.max_len, self.max_len)
         return np.asarray(self._model.encode(list(texts), batch_size=64, convert_to_numpy=True,
                                              normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
 
@@ -98,7 +111,7 @@ def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: P
                  rho: float, seed: int) -> np.ndarray:
     """The client's ranking of its pool, computed once and kept in its own folder."""
     store_dir.mkdir(parents=True, exist_ok=True)
-    path = store_dir / f"filter_{method}_k{knn}_rho{rho:g}.npy"
+    path = store_dir / f"filter_{method}_k{knn}_rho{rho:g}_centred.npy"
     if path.is_file():
         order = np.load(path)
         if len(order) == len(texts):
@@ -111,7 +124,7 @@ def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: P
         if emb is None or len(emb) != len(texts):
             emb = embedder.embed(texts)
             np.save(emb_path, emb)
-        order = vote_k_order(knn_indices(emb, knn), rho)
+        order = vote_k_order(knn_indices(centred(emb), knn), rho)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, order)
     tmp.replace(path)

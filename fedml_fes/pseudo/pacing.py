@@ -1,45 +1,56 @@
 """Curriculum pacing <f, n, k>, picked and switched online by AUG-E (FeS, Algorithm 1).
 
-A configuration labels every f rounds, on n clients, k% more of each client's pool per pass
-(so a client's pseudo labels grow linearly with its passes). Its value is measured as
+A configuration runs a *labeling event* every f rounds on n clients; at each event every
+participant's pseudo-label set grows to k% more of its own pool than at the previous global
+event. The budget follows the global event count, not a client's own history: a client
+first sampled at the fifth event labels 5 x k% of its pool, as the paper's curriculum says.
+
+A configuration's value is
 
     AUG-E = eta * delta_acc / (C_infer(f, n) + theta * C_train(k)),
     C_infer(f, n) = l_i * n / f,   C_train(k) = l_t * k,
 
 accuracy gained per unit of labeling and training cost (l_i, l_t: per-batch inference and
-training latency of the device profile). The configurator tries each configuration of an
-initial list for r rounds, keeps the best and the top t, and switches to the next of the
-top t whenever the running configuration's AUG-E falls below s. Each decision is returned
-as a line for the run's event log. Deterministic given the accuracies it observes.
+training latency of the device profile). Algorithm 1: every configuration of the initial
+list is trialled for r rounds; the highest AUG-E becomes current and the top t are kept;
+when the current configuration's AUG-E falls below s, only the top t are trialled again.
+
+Trials are amortized on idle clients, as the paper suggests, instead of holding the main
+training back: in each round a trial's group (n clients that neither label nor train for
+the main model) labels with the round's global model under the trial's budget and trains on
+those labels; the server averages the group's updates into a throw-away model and scores
+its gain over the global model on validation data. A trial's delta_acc is the sum of its
+r rounds' gains. This module is the bookkeeping only (no models): deterministic given the
+validation accuracies it is fed.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import FesError
 
 
 @dataclass(frozen=True)
 class Pacing:
-    f: int  # label every f rounds
+    f: int  # a labeling event every f rounds
     n: int  # on n clients
-    k: float  # k% more of each client's pool per pass
+    k: float  # each participant holds k% more of its pool than at the previous event
 
     def __str__(self) -> str:
         return f"<f={self.f}, n={self.n}, k={self.k:g}%>"
 
-    def labels_in(self, round_idx: int, since: int) -> bool:
-        return (round_idx - since) % self.f == 0
-
 
 def default_grid() -> list[Pacing]:
-    """The 32 initial configurations: f in {1,2,4,8} x n in {1,2,5,10} x k in {5,10}%."""
-    return [Pacing(f, n, k) for f in (1, 2, 4, 8) for n in (1, 2, 5, 10) for k in (5.0, 10.0)]
+    """The initial list, built around the paper's examples <5,2,1> and <1,4,2>: f in {1, 5},
+    n in {2, 4}, k in {1, 2, 4}% (12 configurations; the paper's list has 32 for 1000 clients)."""
+    return [Pacing(f, n, k) for f in (1, 5) for n in (2, 4) for k in (1.0, 2.0, 4.0)]
 
 
 def parse_grid(entries: list | None) -> list[Pacing]:
-    """'f,n,k' strings (or [f, n, k] lists) from YAML; None: the default grid."""
+    """'f,n,k' strings (or [f, n, k] lists) from YAML; None: the default list."""
     if entries is None:
         return default_grid()
     if not entries:
@@ -57,75 +68,130 @@ def parse_grid(entries: list | None) -> list[Pacing]:
     return out
 
 
+def pacing_cost(p: Pacing, infer_latency: float, train_latency: float, theta: float = 1.0) -> float:
+    """AUG-E's denominator: C_infer(f, n) + theta * C_train(k)."""
+    return infer_latency * p.n / p.f + theta * train_latency * p.k
+
+
 def aug_e(delta_acc: float, p: Pacing, infer_latency: float, train_latency: float, eta: float = 1.0,
           theta: float = 1.0) -> float:
-    cost = infer_latency * p.n / p.f + theta * train_latency * p.k
-    return eta * delta_acc / cost
+    return eta * delta_acc / pacing_cost(p, infer_latency, train_latency, theta)
+
+
+def budget_target(pool_size: int, fraction: float) -> int:
+    """Pseudo labels a participant holds at an event: `fraction` of its pool, at least one."""
+    return min(pool_size, max(1, math.ceil(round(pool_size * fraction, 9))))
+
+
+@dataclass
+class Trial:
+    """One configuration trialled on its own idle group, starting from the global model."""
+
+    config: Pacing
+    group: list[int]  # client ids: they label and train for the trial only
+    start_round: int
+    fraction: float  # budget fraction before the trial's first event (the main one's)
+    gains: list[float] = field(default_factory=list)  # per round: val(trial model) - val(global)
+
+    def labels_in(self, round_idx: int) -> bool:
+        return (round_idx - self.start_round) % self.config.f == 0
 
 
 class PacingConfigurator:
-    """Algorithm 1: trial every configuration, then run the best, switching among the top t."""
+    """Algorithm 1 over a list of configurations, with trials on idle client groups."""
 
     def __init__(self, grid: list[Pacing], trial_rounds: int, top: int, switch_threshold: float,
-                 infer_latency: float, train_latency: float, eta: float = 1.0, theta: float = 1.0):
+                 infer_latency: float, train_latency: float, eta: float = 1.0, theta: float = 1.0,
+                 parallel_trials: int = 8):
         if not grid:
             raise FesError("pacing needs at least one configuration (pacing_args.grid is empty)")
         self.grid, self.r, self.t, self.s = grid, trial_rounds, top, switch_threshold
         self.l_i, self.l_t, self.eta, self.theta = infer_latency, train_latency, eta, theta
-        self.trial_scores: list[tuple[float, Pacing]] = []
-        self.ranked: list[Pacing] = []
+        self.parallel = max(1, parallel_trials)
         self.current = grid[0]
-        self.window_start_round = 0
+        self.ranked: list[Pacing] = []
+        self.pending: list[Pacing] = list(grid)  # waiting for a trial in this phase
+        self.running: list[Trial] = []
+        self.scores: list[tuple[float, float, int, Pacing]] = []  # (AUG-E, cost, list position, config)
+        self.phase = "initial"
+        self.window_start_round: int | None = None
         self.window_start_acc: float | None = None
-        self._trial_idx = 0
 
     @property
     def trialing(self) -> bool:
-        return not self.ranked
-
-    def start(self, acc: float, first_round: int = 0) -> None:
-        """The accuracy before `first_round` (the first labeling round): the first trial's baseline."""
-        self.window_start_acc = acc
-        self.window_start_round = first_round
+        return bool(self.pending or self.running)
 
     def score(self, delta_acc: float, p: Pacing) -> float:
         return aug_e(delta_acc, p, self.l_i, self.l_t, self.eta, self.theta)
 
-    def observe(self, round_idx: int, acc: float) -> list[str]:
-        """Feed the accuracy after `round_idx`; returns the decisions taken (log lines)."""
-        if round_idx < self.window_start_round:  # warm-up rounds before pacing starts
+    def busy_clients(self) -> set[int]:
+        return {c for t in self.running for c in t.group}
+
+    def start_trials(self, round_idx: int, idle: list[int], fraction: float,
+                     rng: np.random.Generator) -> list[str]:
+        """Start waiting trials on groups drawn from `idle` clients (as many as fit)."""
+        free = [c for c in idle if c not in self.busy_clients()]
+        events = []
+        while self.pending and len(self.running) < self.parallel and len(free) >= self.pending[0].n:
+            p = self.pending.pop(0)
+            group = sorted(int(c) for c in rng.choice(free, size=p.n, replace=False))
+            free = [c for c in free if c not in group]
+            self.running.append(Trial(p, group, round_idx, fraction))
+            events.append(f"pacing trial {p} on idle clients {group}")
+        if self.pending and not self.running:  # nothing can ever start: too few idle clients
+            events.append(f"pacing: no {self.pending[0].n} idle clients for {self.pending[0]}; "
+                          f"{len(self.pending)} configuration(s) not trialled")
+            self.pending = []
+            events += self._close_phase()
+        return events
+
+    def finish_trial_round(self, round_idx: int, gains: dict[int, float]) -> list[str]:
+        """Record each running trial's gain this round (by index into `running`); end due ones."""
+        events = []
+        for i, trial in enumerate(self.running):
+            trial.gains.append(gains.get(i, 0.0))
+        still = []
+        for trial in self.running:
+            if round_idx + 1 - trial.start_round < self.r:
+                still.append(trial)
+                continue
+            delta = float(sum(trial.gains))
+            value = self.score(delta, trial.config)
+            cost = pacing_cost(trial.config, self.l_i, self.l_t, self.theta)
+            self.scores.append((value, cost, self.grid.index(trial.config), trial.config))
+            events.append(f"pacing trial {trial.config} done: delta_acc={delta:+.4f} AUG-E={value:.6g}")
+        self.running = still
+        if not self.trialing:
+            events += self._close_phase()
+        return events
+
+    def _close_phase(self) -> list[str]:
+        if not self.scores:
             return []
-        if self.window_start_acc is None:  # start() was not called: this round is the baseline
-            self.window_start_acc = acc
-            self.window_start_round = round_idx + 1
+        # ties (e.g. no measurable gain anywhere: AUG-E 0) go to the cheaper configuration
+        order = sorted(self.scores, key=lambda s: (-s[0], s[1], s[2]))
+        self.ranked = [p for *_, p in order[: self.t]]
+        before, self.current = self.current, self.ranked[0]
+        self.scores = []
+        self.window_start_round = self.window_start_acc = None
+        what = "chose" if self.phase == "initial" else f"re-trial chose (was {before})"
+        return [f"pacing {what} {self.current}; top {len(self.ranked)}: " + " ".join(str(p) for p in self.ranked)]
+
+    def observe(self, round_idx: int, acc: float) -> list[str]:
+        """The main model's validation accuracy after `round_idx`; every r rounds outside a
+        trial phase, the current configuration's AUG-E decides whether to re-trial the top t."""
+        if self.trialing:
+            return []
+        if self.window_start_acc is None:
+            self.window_start_round, self.window_start_acc = round_idx + 1, acc
             return []
         if round_idx + 1 - self.window_start_round < self.r:
             return []
         delta = acc - self.window_start_acc
         value = self.score(delta, self.current)
-        events: list[str] = []
-        if self.trialing:
-            self.trial_scores.append((value, self.current))
-            events.append(f"pacing trial {self._trial_idx + 1}/{len(self.grid)} {self.current}: "
-                          f"delta_acc={delta:+.4f} AUG-E={value:.6g}")
-            self._trial_idx += 1
-            if self._trial_idx < len(self.grid):
-                self.current = self.grid[self._trial_idx]
-            else:
-                order = sorted(range(len(self.trial_scores)), key=lambda i: (-self.trial_scores[i][0], i))
-                self.ranked = [self.trial_scores[i][1] for i in order[: self.t]]
-                self.current = self.ranked[0]
-                events.append(f"pacing chose {self.current}; top {len(self.ranked)}: "
-                              + " ".join(str(p) for p in self.ranked))
-        elif value < self.s and len(self.ranked) > 1:
-            nxt = self.ranked[(self.ranked.index(self.current) + 1) % len(self.ranked)]
-            events.append(f"pacing switch {self.current} -> {nxt}: AUG-E={value:.6g} < s={self.s:g}")
-            self.current = nxt
-        self.window_start_round = round_idx + 1
-        self.window_start_acc = acc
-        return events
-
-
-def per_pass_count(pool_size: int, k_percent: float) -> int:
-    """Labels added per pass: k% of the pool, at least one."""
-    return max(1, math.ceil(pool_size * k_percent / 100.0))
+        self.window_start_round, self.window_start_acc = round_idx + 1, acc
+        if value < self.s and len(self.ranked) > 1:
+            self.pending, self.phase = list(self.ranked), "re-trial"
+            return [f"pacing: AUG-E of {self.current} = {value:.6g} < s={self.s:g}; re-trialling the top "
+                    f"{len(self.ranked)}"]
+        return []

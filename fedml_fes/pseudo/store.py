@@ -34,12 +34,16 @@ class ClientStore:
     def _path(self, client_id: int, name: str) -> Path:
         return self.client_dir(client_id) / name
 
-    def load_pseudo(self, client_id: int) -> PseudoLabels:
-        p = self._path(client_id, "pseudo_labels.json")
+    def _pseudo_path(self, client_id: int, trial: bool) -> Path:
+        """A pacing trial's labels live beside the client's own and never replace them."""
+        return self._path(client_id, "pseudo_labels.trial.json" if trial else "pseudo_labels.json")
+
+    def load_pseudo(self, client_id: int, trial: bool = False) -> PseudoLabels:
+        p = self._pseudo_path(client_id, trial)
         return PseudoLabels(**json.loads(p.read_text())) if p.is_file() else PseudoLabels()
 
-    def save_pseudo(self, client_id: int, labels: PseudoLabels) -> None:
-        p = self._path(client_id, "pseudo_labels.json")
+    def save_pseudo(self, client_id: int, labels: PseudoLabels, trial: bool = False) -> None:
+        p = self._pseudo_path(client_id, trial)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(asdict(labels)))

