@@ -561,25 +561,32 @@ def _need(cells: dict[str, Cell], dataset: str, methods: tuple[str, ...]) -> str
     return f"{dataset}: no completed run of {', '.join(missing)}" if missing else None
 
 
-def checks(rows: list[dict[str, Any]]) -> list[Check]:
-    """Issue 17's done-checks, on the datasets that have runs (a dataset lacking a method fails)."""
-    cells, majority = summarize(rows)
-    datasets = list(cells)
-    out = []
-
-    lines, ok = [], bool(datasets)  # (a)
+def _fes_vs_fedfsl(cells, datasets, judge) -> tuple[bool, list[str]]:
+    """Per dataset, `judge(fes cell, fedfsl cell) -> (met, text, note)`; a dataset lacking either fails."""
+    lines, ok = [], bool(datasets)
     for d in datasets:
         miss = _need(cells[d], d, ("fes", "fedfsl"))
         if miss:
             lines.append(miss)
             ok = False
             continue
-        fes, fsl = cells[d]["fes"].mean, cells[d]["fedfsl"].mean
-        good = fes >= fsl - ACC_SLACK - 1e-12
+        good, text, note = judge(cells[d]["fes"], cells[d]["fedfsl"])
         ok &= good
-        lines.append(f"{d}: FeS {fes:.4f} vs FedFSL {fsl:.4f} - {ACC_SLACK} = {fsl - ACC_SLACK:.4f} "
-                     f"({'met' if good else 'NOT met'})")
-    out.append(Check("a", f"on every dataset FeS mean accuracy >= FedFSL mean - {ACC_SLACK}", ok, lines or ["no runs"]))
+        lines.append(f"{d}: {text} ({note + '; ' if note else ''}{'met' if good else 'NOT met'})")
+    return ok, lines or ["no runs"]
+
+
+def checks(rows: list[dict[str, Any]]) -> list[Check]:
+    """Issue 17's done-checks, on the datasets that have runs (a dataset lacking a method fails)."""
+    cells, majority = summarize(rows)
+    datasets = list(cells)
+    out = []
+
+    def accuracy(fes, fsl):
+        good = fes.mean >= fsl.mean - ACC_SLACK - 1e-12
+        return good, f"FeS {fes.mean:.4f} vs FedFSL {fsl.mean:.4f} - {ACC_SLACK} = {fsl.mean - ACC_SLACK:.4f}", ""
+    ok, lines = _fes_vs_fedfsl(cells, datasets, accuracy)
+    out.append(Check("a", f"on every dataset FeS mean accuracy >= FedFSL mean - {ACC_SLACK}", ok, lines))
 
     lines, ok = [], bool(datasets)  # (b)
     for d in datasets:
@@ -610,21 +617,14 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
     out.append(Check("c", "FedFSL >= Prompt-only >= FedCLS by mean on at least two of the three datasets",
                      count >= 2, [f"holds on {count} of {len(datasets)} datasets"] + lines))
 
-    lines, ok = [], bool(datasets)  # (d)
-    for d in datasets:
-        miss = _need(cells[d], d, ("fes", "fedfsl"))
-        if miss:
-            lines.append(miss)
-            ok = False
-            continue
-        fes, fsl = cells[d]["fes"].bytes_up, cells[d]["fedfsl"].bytes_up
-        good = fes <= fsl / TRAFFIC_RATIO
-        ok &= good
-        ratio = f"{fsl / fes:,.0f}x less" if fes > 0 else "FeS uploaded nothing"
-        lines.append(f"{d}: FeS {fes:,.0f} B vs FedFSL {fsl:,.0f} B / {TRAFFIC_RATIO:,.0f} = "
-                     f"{fsl / TRAFFIC_RATIO:,.0f} B ({ratio}; {'met' if good else 'NOT met'})")
+    def traffic(fes, fsl):
+        good = fes.bytes_up <= fsl.bytes_up / TRAFFIC_RATIO
+        ratio = f"{fsl.bytes_up / fes.bytes_up:,.0f}x less" if fes.bytes_up > 0 else "FeS uploaded nothing"
+        return good, (f"FeS {fes.bytes_up:,.0f} B vs FedFSL {fsl.bytes_up:,.0f} B / {TRAFFIC_RATIO:,.0f} = "
+                      f"{fsl.bytes_up / TRAFFIC_RATIO:,.0f} B"), ratio
+    ok, lines = _fes_vs_fedfsl(cells, datasets, traffic)
     out.append(Check("d", f"FeS bytes_up <= FedFSL bytes_up / {TRAFFIC_RATIO:,.0f} (per dataset, means over seeds)",
-                     ok, lines or ["no runs"]))
+                     ok, lines))
     return out
 
 

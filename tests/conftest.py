@@ -12,23 +12,28 @@ SHARED_AGNEWS = REPO.parent / "shared" / "datasets" / "agnews"
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> str:
-    """2 layers, hidden 32, the MiniLM tokenizer: seconds to build, no download."""
+def save_tiny_bert(path: Path, hidden: int) -> str:
+    """A randomly initialised 2-layer BertForMaskedLM with the MiniLM tokenizer, saved as an
+    HF folder: seconds to build, no download."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from fedml_fes.models import resolve_model_path
     from fedml_fes.config import OFFLINE_MINILM
 
-    path = tmp_path_factory.mktemp("tiny-bert")
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=2 * hidden, max_position_embeddings=128)
     BertForMaskedLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """2 layers, hidden 32."""
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), hidden=32)
 
 
 def small_config(tmp_path: Path, model_dir: str, **sections) -> dict:

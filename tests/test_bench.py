@@ -187,3 +187,18 @@ def test_smoke_preset_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "FeS against the paper's best figures" in out and "full report:" in out
     assert (tmp_path / "smoke" / "report" / "compute_model.png").is_file()
+
+
+def test_resume_check_ignores_keys_added_since_a_run_at_their_default(tmp_path):
+    import yaml
+
+    from fedml_fes.config import FesConfig
+    from fedml_fes_plugins.bench import _config_changes
+    saved = FesConfig().to_dict()
+    del saved["mlm_args"]["mask_probability"]  # as if the key did not exist when the run was made
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert _config_changes(tmp_path, FesConfig()) == []
+    changed = FesConfig()
+    changed.mlm_args.mask_probability = 0.3
+    changed.train_args.comm_round = 99
+    assert _config_changes(tmp_path, changed) == ["train_args.comm_round", "mlm_args.mask_probability"]

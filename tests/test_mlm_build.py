@@ -16,25 +16,13 @@ from fedml_fes.pretrain.mlm import (build_steps, length_grouped_batch, length_or
 from fedml_fes.runtime.job import make_run_dir
 from fedml_fes.runtime.tasks import task_seed
 
-from .conftest import small_config
+from .conftest import save_tiny_bert, small_config
 
 
 @pytest.fixture(scope="module")
 def mlm_model_dir(tmp_path_factory) -> str:
-    """2 layers, hidden 64, the MiniLM tokenizer: a BertForMaskedLM built in seconds."""
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    from fedml_fes.config import OFFLINE_MINILM
-    from fedml_fes.models import resolve_model_path
-
-    path = tmp_path_factory.mktemp("tiny-mlm")
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=128)
-    BertForMaskedLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    """2 layers, hidden 64: enough capacity for the schedule tests to show learning."""
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-mlm"), hidden=64)
 
 
 def _raw(tmp_path, model_dir, **mlm):
