@@ -1,0 +1,24 @@
+"""FeS driven by FedML's own runtime: a FedML user's script, in the shape of FedNLP's
+`fedavg_main_tc.py`. FedML's cross-silo runtime over the MPI backend moves the messages and
+calls every hook; the FeS trainer and aggregator plugins hold the round logic.
+
+    mpirun -np 3 python mpi/fedml_fes_main.py --cf mpi/fedml_fes_main.yaml
+    mpirun -np 3 python mpi/fedml_fes_main.py --cf mpi/fedml_fes_main.yaml --set train_args.method=fedfsl
+
+(as root add --allow-run-as-root --oversubscribe). Rank 0 is the server, ranks 1..N-1 are
+silos that play the FeS clients the server's plan gives them. Results land in the run
+directory it prints (metrics.csv, summary.json), as for `fedml-fes run`.
+"""
+import fedml
+from fedml import FedMLRunner
+
+from fedml_fes_plugins import fedml_plugin as fes
+
+if __name__ == "__main__":
+    args = fes.init()  # fedml.init() on the FeS config, offline
+    device = fedml.device.get_device(args)
+    dataset, class_num = fes.load_data(args)
+    model = fes.create_model(args, dataset)
+    trainer = fes.FesTrainer(model, args)
+    aggregator = fes.FesAggregator(model, args)
+    FedMLRunner(args, device, dataset, model, trainer, aggregator).run()

@@ -1,0 +1,283 @@
+"""FeS as a FedML plugin: what a FedML user's own `FedMLRunner(...)` script imports.
+
+    import fedml
+    from fedml import FedMLRunner
+    from fedml_fes_plugins import fedml_plugin as fes
+
+    args = fes.init()                                  # fedml.init(), offline, on a FeS config
+    device = fedml.device.get_device(args)
+    dataset, class_num = fes.load_data(args)           # FedML's 8-element dataset list
+    model = fes.create_model(args, dataset)            # the method's model (prompt MLM or classifier)
+    trainer = fes.FesTrainer(model, args)              # a fedml.core.ClientTrainer
+    aggregator = fes.FesAggregator(model, args)        # a fedml.core.ServerAggregator
+    FedMLRunner(args, device, dataset, model, trainer, aggregator).run()
+
+(`mpi/fedml_fes_main.py` is exactly this.) FedML's cross-silo runtime (`training_type:
+cross_silo`, MPI backend under `mpirun -np 1+W`) moves the messages and calls every hook;
+the FeS objects decide everything else, through the same `RoundServer` and `LocalTrainer`
+as the in-process runtime, so the same config and seed give the same metrics.
+
+What FedML does and what FeS adds, and how the two fit:
+- A FedML "client" is a silo (one process, rank 1..W); a FeS client is one of
+  `data_args.client_num_in_total` phones whose data every silo can read (each process builds
+  the same partition from the seed). `init()` therefore tells FedML that every silo takes
+  part in every round (`client_num_in_total = client_num_per_round = worker_num`); FeS
+  chooses its own clients.
+- FedML exchanges one params dict each way per round. A FeS round has up to two phases
+  (`label`, then `train`: the labeling event decides who trains), so one FedML round is one
+  phase and `init()` sets FedML's `comm_round` to rounds x phases (`runtime/phases.py`).
+- What FedML's messages do not carry travels inside the params dict
+  (`fedml_fes/runtime/payload.py`): the server's dict holds the phase's plan (which FeS
+  client each silo plays, and what it does); a silo's dict holds every client it played,
+  with weight, metrics and pseudo-label report. A silo knows its slot from FedML's
+  `set_id(rank - 1)`; each `ClientData` it trains on carries its FeS client id, checked
+  against the task.
+- FedML's own selection, FedAvg and server-side test are bypassed by the hooks:
+  `on_before_aggregation` unpacks the silos' answers, `aggregate` closes the phase (FedAvg
+  over accepted updates, evaluation, metrics row, next plan) and returns the next message,
+  `test` reports the scores the round logic already computed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from .fedml_offline import import_fedml
+
+import_fedml()
+from fedml.core import ClientTrainer, ServerAggregator
+
+from fedml_fes.config import FesConfig, load_config
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.client import LocalTrainer
+from fedml_fes.runtime.job import Job, build_job, make_run_dir
+from fedml_fes.runtime.methods import get_method
+from fedml_fes.runtime.payload import PLAN_KEY, pack_plan, pack_updates, pack_error, unpack_plan, unpack_updates
+from fedml_fes.runtime.phases import PhaseSequence, phases_per_round
+from fedml_fes.runtime.server import FedAvgCore
+from fedml_fes.runtime.session import ServerSession
+from fedml_fes.runtime.tasks import ClientUpdate
+
+from .data_loader import config_from_args, load
+from .inprocess import format_row
+
+
+def _one_line(e: BaseException) -> str:
+    return str(e) if isinstance(e, FesError) else " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def _run_dir(args: Any) -> Path:
+    run_dir = getattr(args, "fes_run_dir", None)
+    if not run_dir:
+        raise FesError("args.fes_run_dir is not set: build args with fedml_fes_plugins.fedml_plugin.init()")
+    return Path(run_dir)
+
+
+def _abort(args: Any, code: int = 1) -> None:
+    """Under MPI a raised error would leave the other ranks waiting: end them all."""
+    comm = getattr(args, "comm", None)
+    if comm is not None:
+        sys.stdout.flush()
+        comm.Abort(code)
+
+
+def parse_cli(argv: list[str] | None) -> argparse.Namespace:
+    from .mpi_main import parse_overrides
+    p = argparse.ArgumentParser(description="A FeS run under FedML's cross-silo runtime (FedMLRunner).")
+    p.add_argument("--cf", required=True, help="FeS run config YAML")
+    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config key (repeatable)")
+    opts, _fedml_flags = p.parse_known_args(argv)  # FedML's own flags (--rank, --role) pass through
+    opts.overrides = parse_overrides(opts.set)
+    return opts
+
+
+def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
+    """FedML's flat namespace for a FeS run over `worker_num` silos (see the module doc).
+
+    Shims over FedML 0.9.6, each tested in tests/test_fedml_runner.py:
+    - client counts in silos: `fedml/__init__.py:_update_client_id_list` makes the server wait
+      for `client_num_per_round` silos, and `cross_silo/server/fedml_aggregator.py:
+      data_silo_selection` samples `client_num_per_round` of `client_num_in_total` indices;
+      with both equal to `worker_num` every silo takes part in every round (FeS picks clients);
+    - `comm_round` in phases: `cross_silo/server/fedml_server_manager.py` and
+      `client/fedml_client_master_manager.py` read `args.comm_round` once, at construction;
+    - `fes_config`: FeS reads its typed config from here, never from the flattened keys
+      (where `filter_args.method` would shadow `train_args.method`)."""
+    uses_pseudo = get_method(cfg.train.method).uses_pseudo
+    args = cfg.flat_args()
+    args.fes_config = cfg
+    args.fes_run_dir = str(run_dir)
+    args.training_type, args.scenario, args.backend = "cross_silo", "horizontal", cfg.comm.backend
+    args.worker_num = worker_num
+    args.client_num_in_total = args.client_num_per_round = worker_num
+    args.comm_round = cfg.train.comm_round * phases_per_round(uses_pseudo)
+    args.frequency_of_the_test = args.comm_round  # FedML's own test cadence; scores come from FeS
+    args.client_id_list = None
+    args.federated_optimizer = "FedAvg"
+    return args
+
+
+def init(argv: list[str] | None = None) -> Any:
+    """`fedml.init()` for a FeS config: parse `--cf/--run-dir/--set`, make the run directory
+    (rank 0, shared with the others), build the MLM head if the method needs it, then run
+    FedML's init offline (no cloud call, nothing written outside the run directory)."""
+    from .fedml_offline import offline_fedml_init
+    from .inprocess import ensure_mlm_build
+
+    opts = parse_cli(sys.argv[1:] if argv is None else argv)
+    cfg = load_config(opts.cf, opts.overrides)
+    if cfg.comm.backend != "MPI":
+        raise FesError(f"fedml_plugin.init runs the MPI backend under mpirun; comm_args.backend is '{cfg.comm.backend}'")
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() < 2:
+        raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
+    run_dir = None
+    if comm.Get_rank() == 0:
+        ensure_mlm_build(cfg)
+        run_dir = str(make_run_dir(cfg, opts.run_dir))
+    run_dir = Path(comm.bcast(run_dir, root=0))
+    return offline_fedml_init(fedml_args(cfg, run_dir, comm.Get_size() - 1), run_dir)
+
+
+def load_data(args: Any) -> tuple[list[Any], int]:
+    """FedML's dataset list from the FeS data-loader plugin (see `data_loader.py`)."""
+    return load(args)
+
+
+def create_model(args: Any, dataset: list[Any]):
+    """The method's model (prompt MLM or classifier). It builds this process's FeS job (data,
+    method, tokenizer, model) once and keeps it in `args.fes_job`, which the trainer and the
+    aggregator share, as FedML's plugins share the model. The server rank keeps the label
+    oracle (pseudo-label accuracy); silos never hold it."""
+    cfg = config_from_args(args)
+    role = "server" if int(getattr(args, "rank", 0)) == 0 else "client"
+    job = build_job(cfg, role, _run_dir(args))
+    if tuple(job.data.classes) != tuple(dataset[3].classes):
+        raise FesError(f"the dataset's classes {dataset[3].classes} differ from the config's {job.data.classes}: "
+                       "load the dataset with fedml_plugin.load_data(args)")
+    args.fes_job = job
+    return job.model
+
+
+def _job(model, args: Any) -> Job:
+    job = getattr(args, "fes_job", None)
+    if job is None or job.model is not model:
+        raise FesError("build the model with fedml_plugin.create_model(args, dataset) before the FeS trainer "
+                       "and aggregator: they train the model that call builds")
+    return job
+
+
+class FesTrainer(ClientTrainer):
+    """One silo: plays the FeS clients the server's plan gives its slot, one after another,
+    each from the global tensors, and answers with all their updates."""
+
+    def __init__(self, model, args: Any):
+        super().__init__(model, args)
+        self.local = LocalTrainer(_job(model, args))
+        self._global: "OrderedDict" = OrderedDict()
+        self._tasks: list = []
+        self._updates: list[ClientUpdate] = []
+        self._error: str | None = None
+
+    def set_model_params(self, model_parameters) -> None:
+        params, self._tasks = unpack_plan(model_parameters, int(self.id))
+        if params:
+            self._global = params
+
+    def get_model_params(self):
+        if self._error is not None:
+            return pack_error(f"rank {int(self.id) + 1}: {self._error}")
+        return pack_updates(self._updates)
+
+    def train(self, train_data, device, args) -> None:
+        job = self.local.job
+        self._updates = []
+        try:
+            for task in self._tasks:
+                self.local.set_params(self._global)
+                self._updates.append(self.local.run(task, job.data.clients[task.client_id]))
+        except Exception as e:  # reported to the server in the answer, which ends the run
+            self._error = f"client {self._tasks[len(self._updates)].client_id}: {_one_line(e)}"
+
+    def test(self, test_data, device, args) -> None:
+        return None  # the server evaluates the global model
+
+
+class FesAggregator(ServerAggregator):
+    """The server: FedML's hooks drive FeS's round logic (`RoundServer`) phase by phase."""
+
+    def __init__(self, model, args: Any):
+        super().__init__(model, args)
+        self.job = _job(model, args)
+        self.slots = int(args.worker_num)
+        self._session: ServerSession | None = None
+        self._phases: PhaseSequence | None = None
+        self._results: list[ClientUpdate] = []
+        self.summary: dict[str, Any] | None = None
+
+    # Every rank of a FedMLRunner script builds both plugins; only the server's aggregator is
+    # used, so the run's records (and the zero-shot evaluation) start at its first call.
+    @property
+    def session(self) -> ServerSession:
+        if self._session is None:
+            self._session = ServerSession(self.job, FedAvgCore(self.job), _run_dir(self.args),
+                                          runtime="fedml_cross_silo")
+        return self._session
+
+    @property
+    def phases(self) -> PhaseSequence:
+        if self._phases is None:
+            self._phases = PhaseSequence(self.session.server)
+        return self._phases
+
+    def _message(self):
+        """The next phase's message: its plan, with the global tensors if any silo works."""
+        params = self.session.server.global_params() if self.phases.tasks else OrderedDict()
+        return pack_plan(params, self.phases.round_idx, self.phases.name, self.phases.tasks, self.slots)
+
+    def get_model_params(self):
+        return self._message()
+
+    def set_model_params(self, model_parameters) -> None:
+        # FedML hands back what `aggregate` returned: the global tensors are already loaded
+        params = OrderedDict((k, v) for k, v in model_parameters.items() if k != PLAN_KEY)
+        if params:
+            self.session.server.aggregator.set_model_params(params)
+
+    def _fail(self, error: str) -> None:
+        print(f"error: {error}", flush=True)
+        self.session.fail(error)
+        _abort(self.args)
+        raise FesError(error)
+
+    def on_before_aggregation(self, raw_client_model_or_grad_list):
+        try:
+            self._results = [u for _n, payload in raw_client_model_or_grad_list for u in unpack_updates(payload)]
+        except FesError as e:
+            self._fail(f"failed in round {self.phases.round_idx}: {e}")
+        return raw_client_model_or_grad_list, list(range(len(raw_client_model_or_grad_list)))
+
+    def aggregate(self, raw_client_model_or_grad_list):
+        try:
+            row = self.phases.finish(self._results)
+        except Exception as e:
+            self._fail(f"failed in round {self.phases.round_idx}: {_one_line(e)}")
+        if row is not None:
+            print(format_row(row, self.job.method.primary_metric), flush=True)
+        if self.phases.done and self.summary is None:
+            self.summary = self.session.complete()
+            print(f"done: {self.job.method.primary_metric}={self.summary.get('final')} "
+                  f"(summary.json in {self.session.run_dir})", flush=True)
+        return self._message()
+
+    def test(self, test_data, device, args) -> dict[str, float]:
+        return dict(self.session.server.last_scores)
+
+    def test_all(self, train_data_local_dict, test_data_local_dict, device, args) -> bool:
+        return True

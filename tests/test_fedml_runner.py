@@ -1,0 +1,167 @@
+"""FeS driven by FedML's own runtime: `mpi/fedml_fes_main.py` (a FedML user's FedMLRunner
+script) under a real `mpirun -np 3`, against the in-process runtime on the same config."""
+import json
+import os
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedml_fes.config import config_from_dict, load_config
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.payload import (PLAN_KEY, assign_slots, pack_error, pack_plan, pack_updates,
+                                       unpack_plan, unpack_updates)
+from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
+
+from .conftest import small_config, write_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+FES_KEYS = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+            "tuning_args": {"full_layers": 0, "bias_layers": 1},
+            "pacing_args": {"grid": ["1,2,10", "2,1,20"], "parallel_trials": 2}, "filter_args": {"knn": 5},
+            "pseudo_args": {"start_round": 1, "label_clients": 3, "per_pass": 10}}
+
+
+def _rows(run_dir: Path, keys=("round", "clients", "train_loss", "test_acc", "pseudo_total", "bytes_up")) -> list:
+    """metrics.csv's columns that must match across runtimes (wall times differ)."""
+    import csv
+    with (Path(run_dir) / "metrics.csv").open() as f:
+        return [{k: r.get(k) for k in keys} for r in csv.DictReader(f)]
+
+
+def _tasks():
+    return [ClientTask(0, c, "train", 7 + c, {"trial": 1} if c == 5 else {}) for c in (9, 2, 5, 4)]
+
+
+def test_plan_travels_in_the_params_dict_and_each_slot_reads_its_own():
+    params = OrderedDict(w=torch.arange(3.0))
+    payload = pack_plan(params, 3, "train", _tasks(), slots=2)
+    assert list(payload)[:1] == ["w"] and payload[PLAN_KEY].dtype == torch.uint8
+    got = {s: unpack_plan(payload, s) for s in (0, 1, 2)}
+    assert torch.equal(got[0][0]["w"], params["w"]) and PLAN_KEY not in got[0][0]
+    assert [t.client_id for t in got[0][1]] == [2, 5] and [t.client_id for t in got[1][1]] == [4, 9]
+    assert got[2][1] == []  # a slot with nothing to do this phase
+    assert got[0][1][1] == ClientTask(0, 5, "train", 12, {"trial": 1})
+    assert sorted(t.client_id for ts in assign_slots(_tasks(), 3).values() for t in ts) == [2, 4, 5, 9]
+    with pytest.raises(FesError, match="no '__fes_plan__'"):
+        unpack_plan(params, 0)
+
+
+def test_a_silos_answer_carries_every_client_it_played():
+    import numpy as np
+    ups = [ClientUpdate(2, 4, OrderedDict(b=torch.ones(2)), 10.0, {"train_loss": 0.5}),
+           ClientUpdate(2, 9, OrderedDict(), 0.0, {"pseudo_count": 3.0},
+                        {"example_ids": np.asarray([1, 7]), "labels": [0, 1]})]
+    back = unpack_updates(pack_updates(ups))
+    assert [(u.round_idx, u.client_id, u.weight) for u in back] == [(2, 4, 10.0), (2, 9, 0.0)]
+    assert torch.equal(back[0].params["b"], torch.ones(2)) and not back[1].params
+    assert back[1].report == {"example_ids": [1, 7], "labels": [0, 1]} and back[0].metrics == {"train_loss": 0.5}
+    with pytest.raises(FesError, match="rank 2: client 4: boom"):
+        unpack_updates(pack_error("rank 2: client 4: boom"))
+    with pytest.raises(FesError, match="FeS trainer"):
+        unpack_updates(OrderedDict(w=torch.zeros(1)))
+
+
+def test_plugins_are_found_through_package_entry_points():
+    from importlib.metadata import entry_points
+    from fedml_fes_plugins import fedml_plugin
+    found = {e.name: e.load() for e in entry_points(group="fedml.plugins")}
+    assert found["fes_trainer"] is fedml_plugin.FesTrainer and found["fes_aggregator"] is fedml_plugin.FesAggregator
+    assert found["fes_data_loader"] is fedml_plugin.load_data and found["fes_model"] is fedml_plugin.create_model
+    assert found["fes_init"] is fedml_plugin.init
+
+
+def test_fedml_args_count_silos_and_phases(tmp_path, tiny_model_dir):
+    """FedML's client counts are silos and its rounds are FeS phases (the shims named in
+    fedml_plugin.fedml_args); FeS's own counts stay in the typed config."""
+    from fedml_fes_plugins.fedml_plugin import fedml_args
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 4},
+                                        filter_args={"method": "vote_k"}))
+    args = fedml_args(cfg, tmp_path, worker_num=2)
+    assert (args.client_num_in_total, args.client_num_per_round, args.worker_num) == (2, 2, 2)
+    assert args.comm_round == 8 and args.training_type == "cross_silo" and args.backend == "MPI"
+    assert args.fes_config is cfg and cfg.train.client_num_per_round == 3 and cfg.data.client_num_in_total == 8
+    assert fedml_args(config_from_dict(small_config(tmp_path, tiny_model_dir)), tmp_path, 2).comm_round == 3
+
+
+def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
+    """The phase sequence makes the same RoundServer calls, in the same order, as the
+    in-process loop: same metrics rows."""
+    from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.client import LocalTrainer
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.phases import PhaseSequence
+    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes_plugins.inprocess import run_in_process
+
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 3}, **{
+        k: v for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+    cfg = config_from_dict(raw)
+    local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    run_dir = make_run_dir(cfg, str(tmp_path / "phases"))
+    job = build_job(cfg, "both", run_dir)
+    phases = PhaseSequence(RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc")))
+    trainer = LocalTrainer(job)
+    names = []
+    while not phases.done:
+        params = phases.server.global_params()
+        results = []
+        for t in phases.tasks:
+            trainer.set_params(params)
+            results.append(trainer.run(t, job.data.clients[t.client_id]))
+        names.append(phases.name)
+        phases.finish(results)
+    assert names == ["label", "train"] * 3 and phases.total == 6
+    assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 3
+    assert local["status"] == "completed"
+
+
+def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3) -> subprocess.CompletedProcess:
+    from fedml_fes_plugins.launcher import find_mpirun
+    cmd = [find_mpirun(), "-np", str(np)]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"),
+            "--cf", str(cf), "--run-dir", str(run_dir)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes"])
+def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_model_dir, method):
+    """A FedML user's FedMLRunner script (mpi/fedml_fes_main.py) with the FeS trainer and
+    aggregator under mpirun -np 3: FedML's cross-silo runtime over MPI calls the hooks; the
+    final accuracy is the in-process runtime's (within 1 point; in fact the same rows)."""
+    from fedml_fes_plugins.inprocess import run_in_process
+    extra = FES_KEYS if method != "fedcls" else {}
+    raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in extra.items()})
+    raw["train_args"].update({"method": method, "comm_round": 3})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    cfg = load_config(cf)
+    out = _fedml_main(cf, tmp_path / "fedml")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    summary = json.loads((tmp_path / "fedml" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
+    local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert abs(summary["final"] - local["final"]) <= 0.01
+    assert _rows(tmp_path / "fedml") == _rows(tmp_path / "local")
+    assert "round   2: test_acc=" in out.stdout and "done: test_acc=" in out.stdout
+
+
+@pytest.mark.slow
+def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir, fault_args={"raise_in_round": 1})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    out = _fedml_main(cf, tmp_path / "fedml")
+    assert out.returncode != 0
+    assert "error: failed in round 1: rank " in out.stdout and "injected fault" in out.stdout
+    summary = json.loads((tmp_path / "fedml" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 1
