@@ -375,16 +375,28 @@ class FesConfig:
         return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:12]
 
     def flat_args(self) -> SimpleNamespace:
-        """The flattened namespace FedML expects (`args.comm_round`, `args.backend`, ...)."""
+        """The flattened namespace FedML expects (`args.comm_round`, `args.backend`, ...).
+
+        FedML's own sections come first and win: a FeS section's key of the same name
+        (`filter_args.method`) never shadows theirs (`train_args.method`). FeS code reads
+        the typed config, never these flat keys."""
         flat: dict[str, Any] = {}
-        for section in self.to_dict().values():
-            flat.update(section)
+        sections = self.to_dict()
+        for name in FEDML_SECTIONS:
+            flat.update(sections[name])
+        for name, section in sections.items():
+            if name not in FEDML_SECTIONS:
+                flat.update({k: v for k, v in section.items() if k not in flat})
         flat["random_seed"] = self.common.random_seed
         flat["using_mlops"] = False
         return SimpleNamespace(**flat)
 
     def resolved_cache_dir(self) -> Path:
         return Path(self.common.cache_dir or os.path.join(self.common.output_dir, "cache"))
+
+
+# the sections whose keys FedML itself reads from its flat args
+FEDML_SECTIONS = ("common_args", "data_args", "model_args", "train_args", "comm_args", "device_args", "tracking_args")
 
 
 def _sections() -> list[dataclasses.Field]:

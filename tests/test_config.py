@@ -54,6 +54,11 @@ def test_flat_args_are_fedml_style():
     assert args.comm_round == 3 and args.random_seed == 0 and args.using_mlops is False
 
 
+def test_a_fes_section_key_never_shadows_a_fedml_key():
+    args = config_from_dict({"train_args": {"method": "fes"}, "filter_args": {"method": "random"}}).flat_args()
+    assert args.method == "fes" and args.knn == 150  # FeS-only keys stay readable
+
+
 def test_shipped_run_configs_parse():
     from pathlib import Path
     for p in sorted((Path(__file__).resolve().parents[1] / "run_configs").glob("*.yaml")):
