@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -63,7 +62,7 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     from fedml_fes.runtime.job import build_job, make_run_dir
 
     from .cross_silo_transport import fedml_args
-    from .fedml_offline import offline_fedml_init
+    from .fedml_offline import contain_s3_cache, offline_fedml_init
     run_dir = make_run_dir(cfg, opts.run_dir or str(default_run_dir(cfg, opts.role, opts.rank)))
     if opts.role == "server":
         from .inprocess import ensure_mlm_build
@@ -71,11 +70,8 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     args = offline_fedml_init(fedml_args(cfg, settings, opts.rank), run_dir)
     logging.getLogger().setLevel(cfg.tracking_args.log_level)
     job = build_job(cfg, role="server" if opts.role == "server" else "client", run_dir=run_dir)
-    # The model is loaded: from here on FedML's S3 client caches downloads under ~/.fedml;
-    # keep that inside the run directory, like everything else a run writes.
-    home = run_dir / "fedml_home"
-    home.mkdir(exist_ok=True)
-    os.environ["HOME"] = str(home)
+    # FedML's S3 client caches downloads under ~/.fedml: inside the run directory instead
+    contain_s3_cache(run_dir / "fedml_home")
     if opts.role == "server":
         from .cross_silo_server import SiloServer
         emit(f"run directory: {run_dir}")

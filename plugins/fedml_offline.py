@@ -12,7 +12,6 @@ import os
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
-from unittest import mock
 
 
 @contextlib.contextmanager
@@ -28,6 +27,33 @@ def _home(path: Path) -> Iterator[None]:
             os.environ.pop("HOME", None)
         else:
             os.environ["HOME"] = old
+
+
+@contextlib.contextmanager
+def _swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """Replace one attribute of a FedML module for the duration of a call, then restore it."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+def contain_s3_cache(home: Path) -> None:
+    """FedML 0.9.6 `core/distributed/communication/s3/remote_storage.py:220` (read_model)
+    caches every downloaded model under `expanduser("~")/.fedml/fedml_cache`: point that
+    module's `expanduser` (imported by name at its line 10) at `home`, so a cross-silo run
+    writes inside its run directory without touching the process's HOME."""
+    from fedml.core.distributed.communication.s3 import remote_storage
+
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+
+    def expanduser(path: str) -> str:
+        return str(home) + path[1:] if path == "~" or path.startswith("~/") else os.path.expanduser(path)
+
+    remote_storage.expanduser = expanduser
 
 
 def _offline_fetch_config(args: Any, version: str = "release") -> bool:
@@ -54,7 +80,7 @@ def offline_fedml_init(args: Any, run_dir: Path) -> Any:
     args.using_mlops = False
     args.enable_wandb = False
     with _home(Path(run_dir) / "fedml_home"), \
-            mock.patch.object(mlops, "fetch_config", _offline_fetch_config), \
+            _swapped(mlops, "fetch_config", _offline_fetch_config), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fedml.init(args, check_env=False, should_init_logs=False)

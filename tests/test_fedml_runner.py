@@ -165,3 +165,23 @@ def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir):
     assert "error: failed in round 1: rank " in out.stdout and "injected fault" in out.stdout
     summary = json.loads((tmp_path / "fedml" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["rounds_completed"] == 1
+
+
+def test_s3_cache_lands_in_the_run_directory_and_home_is_untouched(tmp_path):
+    from fedml_fes_plugins.fedml_offline import contain_s3_cache
+    from fedml.core.distributed.communication.s3 import remote_storage
+    home_before = os.environ.get("HOME")
+    contain_s3_cache(tmp_path / "fedml_home")
+    assert remote_storage.expanduser("~") == str(tmp_path / "fedml_home")
+    assert remote_storage.expanduser("~/x") == str(tmp_path / "fedml_home" / "x")
+    assert os.environ.get("HOME") == home_before
+
+
+def test_offline_init_restores_fedml_fetch_config(tmp_path):
+    from fedml_fes_plugins.fedml_offline import offline_fedml_init
+    from fedml.core import mlops
+    before = mlops.fetch_config
+    args = config_from_dict({"train_args": {"comm_round": 1}}).flat_args()
+    args.training_type, args.backend = "simulation", "sp"
+    offline_fedml_init(args, tmp_path)
+    assert mlops.fetch_config is before and args.config_version == "release"
