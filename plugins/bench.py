@@ -55,15 +55,18 @@ def _status(run_dir: Path) -> str:
 
 
 def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
-    """Config keys whose value differs from the finished run's (report-only sections ignored).
+    """Config keys whose value differs from the finished run's (report-only sections, and
+    sections the method never reads, ignored).
     A key the finished run's config.yaml lacks was added to the project since: unchanged
     while this config leaves it at its default."""
     saved = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     now = json.loads(json.dumps(cfg.to_dict()))
     defaults = json.loads(json.dumps(FesConfig().to_dict()))
+    from fedml_fes.runtime.methods import inert_sections
+    inert = inert_sections(cfg.train.method, cfg.model.tuning)
     diff = []
     for sec, values in now.items():
-        if sec in IGNORED_SECTIONS:
+        if sec in IGNORED_SECTIONS or sec in inert:
             continue
         old = saved.get(sec, {})
         diff += [f"{sec}.{k}" for k, v in values.items()

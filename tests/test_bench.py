@@ -202,3 +202,19 @@ def test_resume_check_ignores_keys_added_since_a_run_at_their_default(tmp_path):
     changed.mlm_args.mask_probability = 0.3
     changed.train_args.comm_round = 99
     assert _config_changes(tmp_path, changed) == ["train_args.comm_round", "mlm_args.mask_probability"]
+
+
+def test_resume_check_ignores_sections_the_method_never_reads(tmp_path):
+    """A full-tuning method never reads tuning_args: changing the bias-only lr keeps its
+    finished runs; FeS (layer plan) and FedFSL-BIAS (biases only) read it."""
+    import yaml
+
+    from fedml_fes.config import FesConfig
+    from fedml_fes_plugins.bench import _config_changes
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(FesConfig().to_dict()))
+    for method, changed in (("fedfsl", []), ("fedcls", []), ("fes", ["tuning_args.bias_learning_rate"]),
+                            ("fedfsl_bias", ["tuning_args.bias_learning_rate"])):
+        cfg = FesConfig()
+        cfg.tuning_args.bias_learning_rate = 0.01
+        cfg.train_args.method = method
+        assert _config_changes(tmp_path, cfg) == ["train_args.method"] * (method != "fedcls") + changed, method

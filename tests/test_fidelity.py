@@ -111,6 +111,17 @@ def test_shared_config_check_names_a_per_dataset_difference():
     assert fid.shared_config_check(rows) == ["train_args.learning_rate"]
 
 
+def test_shared_config_check_compares_a_section_among_the_methods_that_read_it():
+    rows = _rows(GOOD)
+    for r in rows:  # FeS's bias-only lr differs from what the full-tuning methods' configs say
+        lr = 0.01 if r["method"] == "fes" else 0.001
+        r["_config"] = {**r["_config"], "tuning_args": {"bias_learning_rate": lr}}
+    assert fid.shared_config_check(rows) == []
+    fes = [r for r in rows if r["method"] == "fes"]
+    fes[0]["_config"] = {**fes[0]["_config"], "tuning_args": {"bias_learning_rate": 0.02}}
+    assert fid.shared_config_check(rows) == ["tuning_args.bias_learning_rate"]
+
+
 # ---- the shared config and the per-dataset plans ------------------------------------------------
 
 def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_path):

@@ -335,3 +335,12 @@ def get_method(name: str) -> Method:
         return PRESETS[name]()
     except KeyError:
         raise FesError(f"unknown method '{name}' (known: {', '.join(PRESETS)})") from None
+
+
+def inert_sections(method_name: str, model_tuning: str) -> frozenset[str]:
+    """Config sections a method never reads, so a change there cannot change its run (the
+    benchmarks' resume check and shared-config check ignore them): `tuning_args` (layer plan,
+    bias-only lr, activation cache) for a method that trains every weight."""
+    method = PRESETS.get(method_name)
+    mode = (getattr(method(), "tuning", None) if method else None) or model_tuning
+    return frozenset({"tuning_args"}) if mode == "full" else frozenset()
