@@ -29,22 +29,6 @@ from fedml_fes.errors import FesError
 
 TRANSPORTS = ("GRPC", "MQTT_S3")
 
-COMM_KEYS: dict[str, Any] = {
-    "grpc_ipconfig_path": "deploy/grpc_ipconfig.csv",  # FedML's CSV: eid,rank,grpc_server_ip,grpc_server_port
-    "customized_training_mqtt_config": {},  # FedML's keys: BROKER_HOST, BROKER_PORT, MQTT_USER, ...
-    "customized_training_s3_config": {},  # FedML's keys: CN_S3_ENDPOINT, CN_S3_AKI, CN_S3_SAK, BUCKET_NAME
-    "silo_num": 0,  # client processes K (ranks 1..K); 0: the client ranks of the gRPC ipconfig
-    "run_id": "",  # MQTT topic namespace shared by all processes; empty: derived from the job
-    "round_timeout_s": 300.0,  # the server aggregates what arrived after this long, drops the rest
-    "join_timeout_s": 120.0,  # how long server and silos wait for each other at start
-    "connect_timeout_s": 5.0,  # broker / S3 / port checks before starting
-}
-FAULT_KEYS: dict[str, Any] = {  # fault injection for tests of dropouts (never set in a real run)
-    "stall_in_round": -1,  # a silo stops answering at its first tasks of this round or later
-    "stall_on_rank": -1,  # ...only this silo rank (-1: any)
-    "stall_s": 3600.0,  # ...for this long
-}
-PENDING = {"comm_args": COMM_KEYS, "fault_args": FAULT_KEYS}
 
 MQTT_REQUIRED = ("BROKER_HOST", "BROKER_PORT")
 S3_REQUIRED = ("BUCKET_NAME", "CN_S3_AKI", "CN_S3_SAK")
@@ -157,80 +141,29 @@ def read_raw(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None
     return raw
 
 
-def _coerce(value: Any, default: Any, where: str) -> Any:
-    kind = type(default)
-    if kind is dict:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise FesError(f"config key '{where}' must be a mapping, got {value!r}")
-        return dict(value)
-    if kind is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FesError(f"config key '{where}' must be an integer, got {value!r}")
-        return value
-    if kind is float:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        except (TypeError, ValueError):
-            raise FesError(f"config key '{where}' must be a number, got {value!r}") from None
-    return "" if value is None else str(value)
-
-
-def split_pending(raw: dict[str, dict]) -> dict[str, dict[str, Any]]:
-    """Take out the keys of PENDING that the config dataclasses do not declare (yet)."""
-    cfg_defaults = FesConfig()
-    taken: dict[str, dict[str, Any]] = {}
-    for section, keys in PENDING.items():
-        values = raw.get(section)
-        if not isinstance(values, dict):
-            continue
-        declared = vars(getattr(cfg_defaults, section))
-        for key, default in keys.items():
-            if key in values and key not in declared:
-                taken.setdefault(section, {})[key] = _coerce(values.pop(key), default, f"{section}.{key}")
-    return taken
-
-
 def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
                     silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> tuple[FesConfig, CrossSiloSettings]:
     """Parse a cross-silo run config: the FeS config plus its checked transport settings.
 
     `silo_ids` (rank -> id) and `server_id` are the wire ids FedML MLOps assigns; by default
     the ranks themselves."""
-    raw = read_raw(path, overrides)
-    pending = split_pending(raw)
-    cfg = config_from_dict(raw, source=str(path))
-    return cfg, settings_from(cfg, pending, silo_ids, server_id)
+    cfg = config_from_dict(read_raw(path, overrides), source=str(path))
+    return cfg, settings_from(cfg, silo_ids, server_id)
 
 
 def load_job_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
     """Only the FeS job of a cross-silo config (e.g. to run it in-process for comparison)."""
-    raw = read_raw(path, overrides)
-    split_pending(raw)
-    return config_from_dict(raw, source=str(path))
+    return config_from_dict(read_raw(path, overrides), source=str(path))
 
 
-def _get(cfg: FesConfig, pending: dict[str, dict[str, Any]], section: str, key: str) -> Any:
-    sec = getattr(cfg, section)
-    if hasattr(sec, key):
-        return getattr(sec, key)
-    return pending.get(section, {}).get(key, PENDING[section][key])
-
-
-def settings_from(cfg: FesConfig, pending: dict[str, dict[str, Any]] | None = None,
-                  silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> CrossSiloSettings:
-    pending = pending or {}
+def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
+                  server_id: int = 0) -> CrossSiloSettings:
 
     def comm(key: str) -> Any:
-        return _get(cfg, pending, "comm_args", key)
+        return getattr(cfg.comm_args, key)
 
     def fault(key: str) -> Any:
-        return _get(cfg, pending, "fault_args", key)
+        return getattr(cfg.fault_args, key)
 
     if cfg.common.training_type != "cross_silo":
         raise FesError(f"{cfg.source}: cross-silo processes need common_args.training_type: cross_silo, "

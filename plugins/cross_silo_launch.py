@@ -28,7 +28,7 @@ import yaml
 
 from fedml_fes.errors import FesError
 
-from .cross_silo_config import COMM_KEYS, CrossSiloSettings, load_cross_silo, read_raw, split_pending
+from .cross_silo_config import CrossSiloSettings, load_cross_silo, read_raw
 from .cross_silo_main import TAG
 from .cross_silo_services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
 
@@ -68,16 +68,15 @@ def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
 def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, local_services: bool,
              services: list[Service]) -> tuple[Path, Path, Any, CrossSiloSettings]:
     """Run dir, services, and the effective config every process reads, checked."""
-    from fedml_fes.config import config_from_dict
+    from fedml_fes.config import CommConfig, config_from_dict
     from fedml_fes.runtime.job import make_run_dir
 
     raw = read_raw(config_path, overrides)
     probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
-    pending = split_pending(probe)
     cfg = config_from_dict(probe, source=str(config_path))
     path = make_run_dir(cfg, run_dir)
     comm = raw.setdefault("comm_args", {})
-    comm["run_id"] = comm.get("run_id") or pending.get("comm_args", {}).get("run_id") or f"fes-{path.name}"
+    comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
     backend = str(cfg.comm.backend).upper()
     if local_services and backend == "MQTT_S3":
         services.append(start_mosquitto(path / "services" / "mosquitto"))
@@ -85,7 +84,7 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
         comm["customized_training_mqtt_config"] = services[0].config
         comm["customized_training_s3_config"] = services[1].config
     elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
-        comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or COMM_KEYS["grpc_ipconfig_path"]).resolve())
+        comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve())
     elif local_services and backend == "GRPC":
         silo_num = int(comm.get("silo_num") or 0)
         if silo_num < 1:  # take the count from the configured ipconfig
