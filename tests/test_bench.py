@@ -218,3 +218,25 @@ def test_resume_check_ignores_sections_the_method_never_reads(tmp_path):
         cfg.tuning_args.bias_learning_rate = 0.01
         cfg.train_args.method = method
         assert _config_changes(tmp_path, cfg) == ["train_args.method"] * (method != "fedcls") + changed, method
+
+
+def test_fes_evidence_and_the_bench_report_judge_against_one_set_of_paper_bars():
+    import importlib
+    import sys
+    from pathlib import Path
+
+    from fedml_fes.report import bench_report
+    from fedml_fes.report.paper_bars import PAPER_BARS
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        evidence = importlib.import_module("fes_evidence")
+    finally:
+        sys.path.pop(0)
+    assert bench_report.PAPER_TARGETS is PAPER_BARS
+    r = {"fedfsl": {"upload": 3000.0, "peak_mem": 4.5, "convergence": 0.8, "inferred": 100},
+         "fes": {"upload": 1.0, "peak_mem": 1.0, "convergence": 0.8, "inferred": 5},
+         "fes_no_rf": {"upload": 1.0, "peak_mem": 1.0, "convergence": 0.8, "inferred": 100}}
+    rows = {name: (target, ok) for name, target, _value, ok in evidence.bars(r)}
+    assert rows["traffic per client and round, FedFSL / FeS"] == (">= 3000x", True)
+    assert rows["peak training memory, FedFSL / FeS"] == (">= 4.5x", True)
+    assert rows["unlabeled data skipped by filtering (vs FeS without it)"] == (">= 95%", True)
