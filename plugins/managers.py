@@ -78,6 +78,9 @@ class FesServerManager(FedMLCommManager):
         self.summary: dict[str, Any] | None = None
         self.error: str | None = None
         self._last_activity = time.monotonic()
+        # FedML runs handlers on its receive thread and the watchdog runs on its own: one lock
+        # keeps the watchdog from failing a run while a handler is halfway through a round
+        self._lock = threading.RLock()
         self._watchdog = threading.Thread(target=self._watch, daemon=True)
 
     def register_message_receive_handlers(self) -> None:
@@ -87,11 +90,13 @@ class FesServerManager(FedMLCommManager):
 
     def _guard(self, handler):
         def run(msg):
-            self._last_activity = time.monotonic()
-            try:
-                handler(msg)
-            except Exception as e:  # a server-side failure still ends every rank cleanly
-                self._fail(f"server failed in round {self.round_idx}: {one_line(e)}")
+            with self._lock:
+                try:
+                    handler(msg)
+                except Exception as e:  # a server-side failure still ends every rank cleanly
+                    self._fail(f"server failed in round {self.round_idx}: {one_line(e)}")
+                finally:  # the wait for workers starts when the server has done its part
+                    self._last_activity = time.monotonic()
         return run
 
     def _on_ready(self, _msg) -> None:
@@ -162,15 +167,19 @@ class FesServerManager(FedMLCommManager):
 
     def _watch(self) -> None:
         timeout = self.job.cfg.comm.worker_timeout_s
-        while self.summary is None:
+        while True:
             time.sleep(min(1.0, timeout / 4))
-            if self.pending and time.monotonic() - self._last_activity > timeout:
+            with self._lock:  # never while a handler is running
+                if self.summary is not None:
+                    return
+                if not (self.pending and time.monotonic() - self._last_activity > timeout):
+                    continue
                 error = (f"no answer from worker ranks {sorted(self.pending)} in round {self.round_idx} "
                          f"for {timeout:.0f}s (comm_args.worker_timeout_s)")
                 self.error = error
                 self.summary = self.session.fail(error)
-                self.on_fatal(error)
-                return
+            self.on_fatal(error)
+            return
 
 
 class FesClientManager(FedMLCommManager):

@@ -185,3 +185,32 @@ def test_offline_init_restores_fedml_fetch_config(tmp_path):
     args.training_type, args.backend = "simulation", "sp"
     offline_fedml_init(args, tmp_path)
     assert mlops.fetch_config is before and args.config_version == "release"
+
+
+def test_mpi_watchdog_waits_for_a_running_handler():
+    """The own MPI managers' watchdog shares one lock with the message handlers: a handler
+    busy longer than the timeout (a slow evaluation) is never failed halfway; once the server
+    waits for workers longer than the timeout, the run fails with one line."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from fedml_fes_plugins.managers import FesServerManager
+
+    failed = []
+    m = object.__new__(FesServerManager)
+    m.job = SimpleNamespace(cfg=SimpleNamespace(comm=SimpleNamespace(worker_timeout_s=0.2)))
+    m._lock, m.summary, m.error, m.round_idx = threading.RLock(), None, None, 3
+    m.pending, m._last_activity = {1}, time.monotonic()
+    m.session = SimpleNamespace(fail=lambda e: {"status": "failed", "error": e})
+    m.on_fatal = failed.append
+    watchdog = threading.Thread(target=m._watch, daemon=True)
+
+    def slow_handler(_msg):
+        watchdog.start()
+        time.sleep(0.8)  # four timeouts long, workers still pending
+        assert m.summary is None and not failed
+    m._guard(slow_handler)(None)
+    assert m.error is None
+    watchdog.join(timeout=5)
+    assert failed == [m.error] and "no answer from worker ranks [1] in round 3" in m.error
