@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import Job
+from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
@@ -54,8 +55,9 @@ class SiloServer(QueuedCommManager):
     def _run(self) -> None:
         try:
             self._wait_for_silos()
-            for r in range(self.server.num_rounds):
-                self._round(r)
+            phases = PhaseSequence(self.server)  # the round's phases, as every runtime sequences them
+            while not phases.done:
+                self._phase_of(phases)
             self.summary = self.session.complete()
         except FesError as e:
             self._fail(str(e))
@@ -142,18 +144,19 @@ class SiloServer(QueuedCommManager):
         return rank, kind
 
     # ---- rounds ----------------------------------------------------------------------
-    def _round(self, r: int) -> None:
+    def _phase_of(self, phases: PhaseSequence) -> None:
+        """Run the current phase on the silos (an empty labeling phase sends nothing)."""
+        r, name, tasks = phases.round_idx, phases.name, phases.tasks
         self.round_idx = r
-        label_tasks = self.server.plan_labeling(r)
-        if label_tasks:
-            self.server.finish_labeling(r, self._phase(r, "label", label_tasks))
-        tasks = self.server.plan(r)
-        updates = self._phase(r, "train", tasks)
+        updates = self._phase(r, name, tasks) if tasks or name == "train" else []
         try:
-            row = self.server.finish_round(r, updates, planned=len(tasks))
+            row = phases.finish(updates)
         except FesError as e:
+            if name != "train":
+                raise
             raise FesError(f"{e} ({len(updates)} of {len(tasks)} planned updates arrived; see events.log)") from None
-        self.emit(format_row(row, self.job.method.primary_metric))
+        if row is not None:
+            self.emit(format_row(row, self.job.method.primary_metric))
 
     def _drain(self) -> None:
         while (got := self.next_message(0)) is not None:

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import build_job
+from fedml_fes.runtime.phases import PhaseSequence
 
 from .aggregator import FesServerAggregator
 from .fedml_offline import offline_fedml_init
@@ -101,14 +102,12 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             phase("training")
         bar.refresh()
         try:
-            for r in range(server.num_rounds):
+            phases = PhaseSequence(server)  # the round's phases, as every runtime sequences them
+            while not phases.done:
                 global_params = server.global_params()
-                label_tasks = server.plan_labeling(r)
-                if label_tasks:
-                    server.finish_labeling(r, [trainer.run_task(t, global_params) for t in label_tasks])
-                tasks = server.plan(r)
-                updates = [trainer.run_task(t, global_params) for t in tasks]
-                row = server.finish_round(r, updates, planned=len(tasks))
+                row = phases.finish([trainer.run_task(t, global_params) for t in phases.tasks])
+                if row is None:
+                    continue
                 if not stepwise:
                     bar.update(1)
                 say(format_row(row, metric))

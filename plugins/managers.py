@@ -27,6 +27,7 @@ from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
 
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import Job
+from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
@@ -75,6 +76,7 @@ class FesServerManager(FedMLCommManager):
         self.updates: list[ClientUpdate] = []
         self.planned = 0
         self.started = False
+        self.phases: PhaseSequence | None = None
         self.summary: dict[str, Any] | None = None
         self.error: str | None = None
         self._last_activity = time.monotonic()
@@ -104,29 +106,36 @@ class FesServerManager(FedMLCommManager):
             return
         self.started = True
         self._watchdog.start()
-        self._guard(lambda _m: self._start_round(0))(None)
+        self._guard(lambda _m: self._start())(None)
 
-    def _start_round(self, r: int) -> None:
-        """Labeling phase first when one is due, then the training phase."""
-        self.round_idx = r
-        label_tasks = self.server.plan_labeling(r)
-        if label_tasks:
-            self._dispatch("label", label_tasks)
-        else:
-            self._dispatch("train", self.server.plan(r))
+    def _start(self) -> None:
+        self.phases = PhaseSequence(self.server)  # the round's phases, as every runtime sequences them
+        self._dispatch()
 
-    def _dispatch(self, phase: str, tasks: list[ClientTask]) -> None:
+    def _dispatch(self) -> None:
+        """Send the current phase's tasks; an empty labeling phase closes at once."""
+        phases = self.phases
+        if phases.done:
+            self.summary = self.session.complete()
+            self._release_workers()
+            return
+        self.round_idx, self.phase, tasks = phases.round_idx, phases.name, phases.tasks
+        self.updates, self.planned = [], len(tasks)
+        if not tasks and self.phase == "label":
+            self._close()
+            return
         params = self.server.global_params()
-        self.phase, self.updates, self.planned = phase, [], len(tasks)
         plan = assign_tasks(tasks, self.workers)
         self.pending = set(plan)
         for worker, worker_tasks in plan.items():
             msg = Message(MSG_S2C_TASKS, self.rank, worker)
             msg.add_params(KEY_ROUND, self.round_idx)
-            msg.add_params(KEY_PHASE, phase)
+            msg.add_params(KEY_PHASE, self.phase)
             msg.add_params(KEY_TASKS, [t.to_dict() for t in worker_tasks])
             msg.add_params(Message.MSG_ARG_KEY_MODEL_PARAMS, params)
             self.send_message(msg)
+        if not plan:  # nothing to wait for
+            self._close()
 
     def _on_updates(self, msg) -> None:
         sender = msg.get_sender_id()
@@ -135,19 +144,14 @@ class FesServerManager(FedMLCommManager):
             return
         self.pending.discard(sender)
         self.updates.extend(ClientUpdate(**u) for u in msg.get(KEY_UPDATES))
-        if self.pending:
-            return
-        if self.phase == "label":
-            self.server.finish_labeling(self.round_idx, self.updates)
-            self._dispatch("train", self.server.plan(self.round_idx))
-            return
-        row = self.server.finish_round(self.round_idx, self.updates, planned=self.planned)
-        self.emit(format_row(row, self.job.method.primary_metric))
-        if self.round_idx + 1 < self.server.num_rounds:
-            self._start_round(self.round_idx + 1)
-        else:
-            self.summary = self.session.complete()
-            self._release_workers()
+        if not self.pending:
+            self._close()
+
+    def _close(self) -> None:
+        row = self.phases.finish(self.updates)
+        if row is not None:
+            self.emit(format_row(row, self.job.method.primary_metric))
+        self._dispatch()
 
     def _on_error(self, msg) -> None:
         self._fail(f"worker rank {msg.get_sender_id()} failed in round {msg.get(KEY_ROUND)}: {msg.get(KEY_ERROR)}")
