@@ -76,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", default=None, help="benchmark directory (default runs/bench/<preset>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report-only", action="store_true", help="read finished runs; train nothing")
+    p.add_argument("--agnews-dir", default=None, help="AG News in its official CSV layout (data_args.data_dir)")
     opts = p.parse_args(argv)
     from fedml_fes.errors import FesError
     from fedml_fes_plugins.bench import pending_runs, run_bench, run_dir_of
     from fedml_fes_plugins.bench_config import load_bench, preset_path
 
-    plan = load_bench(preset_path(opts.preset), None, {"methods": list(METHODS), "seeds": [opts.seed],
+    data = {"data_args.data_dir": opts.agnews_dir} if opts.agnews_dir else None
+    plan = load_bench(preset_path(opts.preset), data, {"methods": list(METHODS), "seeds": [opts.seed],
                                                        "full_label": False})
     out = Path(opts.bench or Path(plan.base.common.output_dir) / "bench" / opts.preset)
     try:

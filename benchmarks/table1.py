@@ -30,10 +30,12 @@ LABELS = {"fedcls": "FedCLS (vanilla)", "prompt_only": "Prompt-only", "pseudo_on
           "fedfsl": "FedFSL (prompt + pseudo)", "full_label": "Full-label FedCLS"}
 
 
-def run_one(cf: str, out: Path, method: str, seed: int, rounds: int | None) -> dict:
+def run_one(cf: str, out: Path, method: str, seed: int, rounds: int | None, data_dir: str | None = None) -> dict:
     overrides = {"common_args.random_seed": seed, "train_args.method": "fedcls" if method == "full_label" else method}
     if rounds:
         overrides["train_args.comm_round"] = rounds
+    if data_dir:
+        overrides["data_args.data_dir"] = data_dir
 
     def full_label(cfg) -> None:  # every training example is a gold label, on every client
         from fedml_fes.data.federated import load_splits
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=None, help="override train_args.comm_round")
     p.add_argument("--out", default="runs/table1")
+    p.add_argument("--agnews-dir", default=None, help="AG News in its official CSV layout (data_args.data_dir)")
     p.add_argument("--no-full-label", action="store_true", help="skip the full-label reference")
     opts = p.parse_args(argv)
     out = Path(opts.out)
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in opts.seeds:
             for m in methods:
                 start = time.time()
-                summary = run_one(opts.cf, out, m, seed, opts.rounds)
+                summary = run_one(opts.cf, out, m, seed, opts.rounds, opts.agnews_dir)
                 print(f"{m} seed {seed}: final acc {summary.get('final')} ({time.time() - start:.0f}s)", flush=True)
     except FesError as e:
         print(f"table1: error: {e}", file=sys.stderr)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -125,16 +126,32 @@ def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
 def init(argv: list[str] | None = None) -> Any:
     """`fedml.init()` for a FeS config: parse `--cf/--run-dir/--set`, make the run directory
     (rank 0, shared with the others), build the MLM head if the method needs it, then run
-    FedML's init offline (no cloud call, nothing written outside the run directory)."""
+    FedML's init offline (no cloud call, nothing written outside the run directory).
+
+    Bad input ends every rank with one line (from rank 0; every rank reads the same config)
+    and exit code 1, never a traceback or a rank left waiting."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    try:
+        return _init(sys.argv[1:] if argv is None else argv, comm)
+    except FesError as e:
+        if comm.Get_rank() == 0:
+            print(f"error: {e}", flush=True)
+        else:
+            time.sleep(2)  # let rank 0 say it; the same input fails there too
+        if comm.Get_size() > 1:
+            comm.Abort(1)
+        raise SystemExit(1) from None
+
+
+def _init(argv: list[str], comm) -> Any:
     from .fedml_offline import offline_fedml_init
     from .inprocess import ensure_mlm_build
 
-    opts = parse_cli(sys.argv[1:] if argv is None else argv)
+    opts = parse_cli(argv)
     cfg = load_config(opts.cf, opts.overrides)
     if cfg.comm.backend != "MPI":
         raise FesError(f"fedml_plugin.init runs the MPI backend under mpirun; comm_args.backend is '{cfg.comm.backend}'")
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
     if comm.Get_size() < 2:
         raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
     run_dir = None

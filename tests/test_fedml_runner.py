@@ -214,3 +214,14 @@ def test_mpi_watchdog_waits_for_a_running_handler():
     assert m.error is None
     watchdog.join(timeout=5)
     assert failed == [m.error] and "no answer from worker ranks [1] in round 3" in m.error
+
+
+@pytest.mark.slow
+def test_fedml_runner_script_bad_config_is_one_line_on_every_rank(tmp_path, tiny_model_dir):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 0})
+    out = _fedml_main(write_config(tmp_path / "c.yaml", raw), tmp_path / "fedml")
+    assert out.returncode != 0
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "comm_round" in errors[0], out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "fedml").exists()
