@@ -5,7 +5,13 @@ calls every hook; the FeS trainer and aggregator plugins hold the round logic.
     mpirun -np 3 python mpi/fedml_fes_main.py --cf mpi/fedml_fes_main.yaml
     mpirun -np 3 python mpi/fedml_fes_main.py --cf mpi/fedml_fes_main.yaml --set train_args.method=fedfsl
 
-(as root add --allow-run-as-root --oversubscribe). Rank 0 is the server, ranks 1..N-1 are
+(as root add --allow-run-as-root --oversubscribe). Over FedML's gRPC backend
+(comm_args.backend: GRPC, comm_args.grpc_ipconfig_path: FedML's ipconfig CSV), start one
+process per rank, all with the same run directory:
+
+    python mpi/fedml_fes_main.py --cf C.yaml --run-dir runs/x --rank 0    # server
+    python mpi/fedml_fes_main.py --cf C.yaml --run-dir runs/x --rank 1    # silo 1 (and so on)
+ Rank 0 is the server, ranks 1..N-1 are
 silos that play the FeS clients the server's plan gives them. Results land in the run
 directory it prints (metrics.csv, summary.json), as for `fedml-fes run`.
 """

@@ -13,7 +13,8 @@
     FedMLRunner(args, device, dataset, model, trainer, aggregator).run()
 
 (`mpi/fedml_fes_main.py` is exactly this.) FedML's cross-silo runtime (`training_type:
-cross_silo`, MPI backend under `mpirun -np 1+W`) moves the messages and calls every hook;
+cross_silo`; the MPI backend under `mpirun -np 1+W`, or the gRPC backend with one process per
+rank of FedML's ipconfig CSV) moves the messages and calls every hook;
 the FeS objects decide everything else, through the same `RoundServer` and `LocalTrainer`
 as the in-process runtime, so the same config and seed give the same metrics.
 
@@ -40,6 +41,7 @@ What FedML does and what FeS adds, and how the two fit:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import OrderedDict
@@ -78,11 +80,13 @@ def _run_dir(args: Any) -> Path:
 
 
 def _abort(args: Any, code: int = 1) -> None:
-    """Under MPI a raised error would leave the other ranks waiting: end them all."""
+    """A raised error would leave the other processes waiting: under MPI end every rank;
+    over gRPC end this process (the silos then wait for a server that is gone: stop them)."""
+    sys.stdout.flush()
     comm = getattr(args, "comm", None)
     if comm is not None:
-        sys.stdout.flush()
         comm.Abort(code)
+    os._exit(code)
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:
@@ -92,6 +96,7 @@ def parse_cli(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key (repeatable)")
+    p.add_argument("--rank", type=int, default=None, help="gRPC backend: this process's rank (0 = server)")
     opts, _fedml_flags = p.parse_known_args(argv)  # FedML's own flags (--rank, --role) pass through
     opts.overrides = parse_overrides(opts.set)
     return opts
@@ -113,7 +118,7 @@ def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
     args = cfg.flat_args()
     args.fes_config = cfg
     args.fes_run_dir = str(run_dir)
-    args.training_type, args.scenario, args.backend = "cross_silo", "horizontal", cfg.comm.backend
+    args.training_type, args.scenario, args.backend = "cross_silo", "horizontal", cfg.comm.backend.upper()
     args.worker_num = worker_num
     args.client_num_in_total = args.client_num_per_round = worker_num
     args.comm_round = cfg.train.comm_round * phases_per_round(uses_pseudo)
@@ -123,43 +128,77 @@ def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
     return args
 
 
+def _mpi_rank() -> int | None:
+    """This process's rank when mpirun started it (Open MPI's environment), else None."""
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK")
+    return int(rank) if rank is not None else None
+
+
 def init(argv: list[str] | None = None) -> Any:
-    """`fedml.init()` for a FeS config: parse `--cf/--run-dir/--set`, make the run directory
-    (rank 0, shared with the others), build the MLM head if the method needs it, then run
+    """`fedml.init()` for a FeS config: parse `--cf/--run-dir/--set` (and `--rank` for gRPC),
+    make the run directory, build the MLM head if the method needs it (rank 0), then run
     FedML's init offline (no cloud call, nothing written outside the run directory).
 
-    Bad input ends every rank with one line (from rank 0; every rank reads the same config)
-    and exit code 1, never a traceback or a rank left waiting."""
-    from mpi4py import MPI
-    comm = MPI.COMM_WORLD
+    MPI backend (`mpirun -np 1+N`): rank 0 makes the run directory and shares it. gRPC
+    backend (`comm_args.backend: GRPC`, one process per rank from FedML's ipconfig CSV,
+    `comm_args.grpc_ipconfig_path`): every process gets `--rank` and the same `--run-dir`.
+    Bad input ends the process with one line and exit code 1 (under mpirun: from rank 0,
+    every rank reads the same config, and every rank ends), never a traceback."""
     try:
-        return _init(sys.argv[1:] if argv is None else argv, comm)
+        return _init(sys.argv[1:] if argv is None else argv)
     except FesError as e:
-        if comm.Get_rank() == 0:
+        rank = _mpi_rank()
+        if rank is None or rank == 0:
             print(f"error: {e}", flush=True)
         else:
             time.sleep(2)  # let rank 0 say it; the same input fails there too
-        if comm.Get_size() > 1:
-            comm.Abort(1)
+        if rank is not None:
+            from mpi4py import MPI
+            if MPI.COMM_WORLD.Get_size() > 1:
+                MPI.COMM_WORLD.Abort(1)
         raise SystemExit(1) from None
 
 
-def _init(argv: list[str], comm) -> Any:
+def _init(argv: list[str]) -> Any:
+    from .cross_silo_config import read_ipconfig
     from .fedml_offline import offline_fedml_init
     from .inprocess import ensure_mlm_build
 
     opts = parse_cli(argv)
     cfg = load_config(opts.cf, opts.overrides)
-    if cfg.comm.backend != "MPI":
-        raise FesError(f"fedml_plugin.init runs the MPI backend under mpirun; comm_args.backend is '{cfg.comm.backend}'")
-    if comm.Get_size() < 2:
-        raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
-    run_dir = None
-    if comm.Get_rank() == 0:
-        ensure_mlm_build(cfg)
-        run_dir = str(make_run_dir(cfg, opts.run_dir))
-    run_dir = Path(comm.bcast(run_dir, root=0))
-    return offline_fedml_init(fedml_args(cfg, run_dir, comm.Get_size() - 1), run_dir)
+    backend = cfg.comm.backend.upper()
+    if backend == "MPI":
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        if comm.Get_size() < 2:
+            raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
+        rank, worker_num = comm.Get_rank(), comm.Get_size() - 1
+        run_dir = None
+        if rank == 0:
+            ensure_mlm_build(cfg)
+            run_dir = str(make_run_dir(cfg, opts.run_dir))
+        run_dir = Path(comm.bcast(run_dir, root=0))
+    elif backend == "GRPC":
+        if opts.rank is None or not opts.run_dir:
+            raise FesError("with comm_args.backend GRPC every process needs --rank (0 = server) and the same --run-dir")
+        peers = read_ipconfig(cfg.comm.grpc_ipconfig_path)
+        rank, worker_num = opts.rank, cfg.comm.silo_num or len([r for r in peers if r > 0])
+        if rank not in peers or worker_num < 1:
+            raise FesError(f"--rank {rank}: {cfg.comm.grpc_ipconfig_path} needs rows for the server (rank 0) "
+                           f"and at least one silo; it has ranks {sorted(peers)}")
+        if rank == 0:
+            ensure_mlm_build(cfg)
+            run_dir = make_run_dir(cfg, opts.run_dir)
+        else:
+            run_dir = Path(opts.run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        raise FesError(f"the FedMLRunner plugins run over MPI (mpirun) or GRPC; comm_args.backend is '{cfg.comm.backend}'")
+    args = fedml_args(cfg, run_dir, worker_num)
+    if backend == "GRPC":  # FedML reads these from its own CLI flags otherwise
+        args.rank, args.role = rank, "server" if rank == 0 else "client"
+        args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path
+    return offline_fedml_init(args, run_dir)
 
 
 def load_data(args: Any) -> tuple[list[Any], int]:

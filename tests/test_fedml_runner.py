@@ -225,3 +225,37 @@ def test_fedml_runner_script_bad_config_is_one_line_on_every_rank(tmp_path, tiny
     assert len(errors) == 1 and "comm_round" in errors[0], out.stdout
     assert "Traceback" not in out.stdout + out.stderr
     assert not (tmp_path / "fedml").exists()
+
+
+def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
+    from fedml_fes_plugins.cross_silo_services import free_port
+    rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [f"{r},{r},127.0.0.1,{free_port()}" for r in range(silos + 1)]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_dir):
+    """The same FedMLRunner script as three processes speaking FedML's gRPC backend on
+    127.0.0.1 (one per ipconfig rank): the same metrics rows as the in-process runtime."""
+    from fedml_fes_plugins.inprocess import run_in_process
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
+                       comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
+                       **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run_dir = tmp_path / "fedml"
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
+                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(3)]
+    try:
+        outs = [p.communicate(timeout=900)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode == 0, outs[0][-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
+    cfg = load_config(cf)
+    run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
