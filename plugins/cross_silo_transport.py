@@ -90,6 +90,34 @@ class BlockingGrpcCommManager(GRPCCommManager):
             grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s)
 
 
+class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
+    """For FedML's own cross-silo runtime (FedMLRunner): its processes start in any order,
+    and FedML's first messages (status checks, connection-ready) go out at once, so a send
+    waits for the peer to listen (gRPC's wait_for_ready, bounded) instead of failing."""
+
+    def send_message(self, msg: Message, timeout_s: float = SEND_TIMEOUT_S) -> None:
+        me = self.grpc_mappings[self.client_id]
+        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_RANK, self.client_rank)
+        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_IP, me.ingress_ip or me.grpc_server_ip)
+        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_PORT, me.grpc_server_port)
+        peer = self.grpc_mappings[int(msg.get_receiver_id())]
+        request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=pickle.dumps(msg))
+        with grpc.insecure_channel(f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}",
+                                   options=self.opts) as channel:
+            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s,
+                                                                               wait_for_ready=True)
+
+
+def use_startup_tolerant_grpc() -> None:
+    """FedML 0.9.6 `core/distributed/fedml_comm_manager.py:190` imports `GRPCCommManager` from
+    `communication/grpc/grpc_comm_manager.py` when a manager starts; that class sends without
+    waiting for the peer (line 138: a silo started before the server dies with UNAVAILABLE)
+    and polls its queue without sleeping (line 157: a busy core per process). Point the name
+    at `StartupTolerantGrpcCommManager` before FedMLRunner builds its managers."""
+    from fedml.core.distributed.communication.grpc import grpc_comm_manager
+    grpc_comm_manager.GRPCCommManager = StartupTolerantGrpcCommManager
+
+
 def make_grpc_manager(args: Any, rank: int, size: int) -> BlockingGrpcCommManager:
     return BlockingGrpcCommManager(args.grpc_ipconfig_path, client_rank=rank, client_num=max(size, 1), args=args)
 

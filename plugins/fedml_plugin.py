@@ -196,6 +196,8 @@ def _init(argv: list[str]) -> Any:
         raise FesError(f"the FedMLRunner plugins run over MPI (mpirun) or GRPC; comm_args.backend is '{cfg.comm.backend}'")
     args = fedml_args(cfg, run_dir, worker_num)
     if backend == "GRPC":  # FedML reads these from its own CLI flags otherwise
+        from .cross_silo_transport import use_startup_tolerant_grpc
+        use_startup_tolerant_grpc()
         args.rank, args.role = rank, "server" if rank == 0 else "client"
         args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path
     return offline_fedml_init(args, run_dir)

@@ -245,9 +245,10 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     cf = write_config(tmp_path / "c.yaml", raw)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run_dir = tmp_path / "fedml"
+    # silos first: they must wait for the server (FedML's own gRPC sends would fail at once)
     procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
                                "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(3)]
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)][::-1]
     try:
         outs = [p.communicate(timeout=900)[0] for p in procs]
     finally:
@@ -259,3 +260,15 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     cfg = load_config(cf)
     run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
     assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
+
+
+def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():
+    from fedml.core.distributed.communication.grpc import grpc_comm_manager
+    from fedml_fes_plugins.cross_silo_transport import StartupTolerantGrpcCommManager, use_startup_tolerant_grpc
+    before = grpc_comm_manager.GRPCCommManager
+    try:
+        use_startup_tolerant_grpc()
+        assert grpc_comm_manager.GRPCCommManager is StartupTolerantGrpcCommManager
+        assert issubclass(StartupTolerantGrpcCommManager, before)
+    finally:
+        grpc_comm_manager.GRPCCommManager = before
