@@ -9,7 +9,6 @@ are None for single-text tasks, so code written for single texts is unaffected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -149,7 +148,3 @@ def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
     """Read the configured dataset, partition it and mark the gold examples, from the seed."""
     return federate(cfg, load_source(cfg))
 
-
-def default_agnews_dir() -> Path:
-    """Where the offline AG News copy lives relative to a checkout (../shared/datasets/agnews)."""
-    return Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "agnews"
