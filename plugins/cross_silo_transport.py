@@ -61,6 +61,8 @@ def fedml_args(cfg: FesConfig, settings: CrossSiloSettings, rank: int) -> Simple
 class BlockingGrpcCommManager(GRPCCommManager):
     """FedML's gRPC manager with a blocking receive loop and bounded sends."""
 
+    wait_for_ready = False  # a send to a peer that is not listening fails at once
+
     def message_handling_subroutine(self) -> None:
         while self.is_running:
             try:
@@ -87,7 +89,8 @@ class BlockingGrpcCommManager(GRPCCommManager):
         # failing through gRPC's reconnect backoff after the peer is back.
         with grpc.insecure_channel(f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}",
                                    options=self.opts) as channel:
-            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s)
+            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s,
+                                                                               wait_for_ready=self.wait_for_ready)
 
 
 class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
@@ -95,17 +98,7 @@ class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
     and FedML's first messages (status checks, connection-ready) go out at once, so a send
     waits for the peer to listen (gRPC's wait_for_ready, bounded) instead of failing."""
 
-    def send_message(self, msg: Message, timeout_s: float = SEND_TIMEOUT_S) -> None:
-        me = self.grpc_mappings[self.client_id]
-        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_RANK, self.client_rank)
-        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_IP, me.ingress_ip or me.grpc_server_ip)
-        msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_PORT, me.grpc_server_port)
-        peer = self.grpc_mappings[int(msg.get_receiver_id())]
-        request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=pickle.dumps(msg))
-        with grpc.insecure_channel(f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}",
-                                   options=self.opts) as channel:
-            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s,
-                                                                               wait_for_ready=True)
+    wait_for_ready = True
 
 
 def use_startup_tolerant_grpc() -> None:
