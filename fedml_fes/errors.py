@@ -11,3 +11,8 @@ class FesError(Exception):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+def one_line(e: BaseException) -> str:
+    """Any exception as one line: a FesError's own message, else `Type: message`."""
+    return str(e) if isinstance(e, FesError) else " ".join(f"{type(e).__name__}: {e}".split())

@@ -13,12 +13,12 @@ import time
 import uuid
 from typing import Any, Callable
 
-from fedml_fes.errors import FesError
+from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.job import Job
 
 from . import cross_silo_protocol as p
 from .cross_silo_config import CrossSiloSettings
-from .cross_silo_node import CONNECTED, QueuedCommManager, one_line
+from .cross_silo_node import CONNECTED, QueuedCommManager
 from .trainer import FesClientTrainer
 
 JOIN_RETRY_S = 1.0

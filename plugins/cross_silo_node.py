@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from fedml_fes.errors import one_line
+
 from .cross_silo_config import CrossSiloSettings
 from .cross_silo_transport import flush_mqtt, make_grpc_manager
 from .fedml_offline import import_fedml
@@ -25,10 +27,6 @@ from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
 
 log = logging.getLogger(__name__)
 CONNECTED = CommunicationConstants.MSG_TYPE_CONNECTION_IS_READY
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(f"{type(e).__name__}: {e}".split())
 
 
 class QueuedCommManager(FedMLCommManager):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from fedml_fes.errors import FesError
+from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
@@ -27,7 +27,7 @@ from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 from . import cross_silo_protocol as p
 from .aggregator import FesServerAggregator
 from .cross_silo_config import CrossSiloSettings
-from .cross_silo_node import CONNECTED, QueuedCommManager, one_line
+from .cross_silo_node import CONNECTED, QueuedCommManager
 from .inprocess import format_row
 
 

@@ -46,7 +46,7 @@ import sys
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .fedml_offline import import_fedml
 
@@ -54,7 +54,7 @@ import_fedml()
 from fedml.core import ClientTrainer, ServerAggregator
 
 from fedml_fes.config import FesConfig, load_config
-from fedml_fes.errors import FesError
+from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.client import LocalTrainer
 from fedml_fes.runtime.job import Job, build_job, make_run_dir
 from fedml_fes.runtime.methods import get_method
@@ -68,10 +68,6 @@ from .data_loader import config_from_args, load
 from .inprocess import format_row
 
 
-def _one_line(e: BaseException) -> str:
-    return str(e) if isinstance(e, FesError) else " ".join(f"{type(e).__name__}: {e}".split())
-
-
 def _run_dir(args: Any) -> Path:
     run_dir = getattr(args, "fes_run_dir", None)
     if not run_dir:
@@ -79,7 +75,7 @@ def _run_dir(args: Any) -> Path:
     return Path(run_dir)
 
 
-def _abort(args: Any, code: int = 1) -> None:
+def _abort(args: Any, code: int = 1) -> NoReturn:
     """A raised error would leave the other processes waiting: under MPI end every rank;
     over gRPC end this process (the silos then wait for a server that is gone: stop them)."""
     sys.stdout.flush()
@@ -261,7 +257,7 @@ class FesTrainer(ClientTrainer):
                 self.local.set_params(self._global)
                 self._updates.append(self.local.run(task, job.data.clients[task.client_id]))
         except Exception as e:  # reported to the server in the answer, which ends the run
-            self._error = f"client {self._tasks[len(self._updates)].client_id}: {_one_line(e)}"
+            self._error = f"client {self._tasks[len(self._updates)].client_id}: {one_line(e)}"
 
     def test(self, test_data, device, args) -> None:
         return None  # the server evaluates the global model
@@ -308,11 +304,11 @@ class FesAggregator(ServerAggregator):
         if params:
             self.session.server.aggregator.set_model_params(params)
 
-    def _fail(self, error: str) -> None:
+    def _fail(self, error: str) -> NoReturn:
+        """Record the run as failed (summary.json), say it in one line, end the processes."""
         print(f"error: {error}", flush=True)
         self.session.fail(error)
         _abort(self.args)
-        raise FesError(error)
 
     def on_before_aggregation(self, raw_client_model_or_grad_list):
         try:
@@ -325,7 +321,7 @@ class FesAggregator(ServerAggregator):
         try:
             row = self.phases.finish(self._results)
         except Exception as e:
-            self._fail(f"failed in round {self.phases.round_idx}: {_one_line(e)}")
+            self._fail(f"failed in round {self.phases.round_idx}: {one_line(e)}")
         if row is not None:
             print(format_row(row, self.job.method.primary_metric), flush=True)
         if self.phases.done and self.summary is None:

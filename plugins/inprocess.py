@@ -104,7 +104,7 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
         try:
             phases = PhaseSequence(server)  # the round's phases, as every runtime sequences them
             while not phases.done:
-                global_params = server.global_params()
+                global_params = server.global_params() if phases.tasks else None
                 row = phases.finish([trainer.run_task(t, global_params) for t in phases.tasks])
                 if row is None:
                     continue

@@ -25,8 +25,9 @@ from fedml.core.distributed.communication.constants import CommunicationConstant
 from fedml.core.distributed.communication.message import Message
 from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
 
-from fedml_fes.errors import FesError
+from fedml_fes.errors import one_line
 from fedml_fes.runtime.job import Job
+from fedml_fes.runtime.payload import assign_slots
 from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
@@ -48,15 +49,8 @@ KEY_ERROR = "error"
 
 
 def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:
-    """Round-robin over worker ranks, in client-id order (deterministic)."""
-    plan: dict[int, list[ClientTask]] = {}
-    for i, task in enumerate(sorted(tasks, key=lambda t: t.client_id)):
-        plan.setdefault(workers[i % len(workers)], []).append(task)
-    return plan
-
-
-def one_line(e: BaseException) -> str:
-    return " ".join(f"{type(e).__name__}: {e}".split()) if not isinstance(e, FesError) else str(e)
+    """Round-robin over worker ranks, in client-id order (deterministic); ranks with no task left out."""
+    return {workers[s]: ts for s, ts in assign_slots(tasks, len(workers)).items() if ts}
 
 
 class FesServerManager(FedMLCommManager):
