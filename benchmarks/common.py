@@ -16,7 +16,7 @@ def run_one(cf: str, run_dir: Path, overrides: dict[str, Any],
             adjust: Callable[[FesConfig], None] | None = None, tag: str = "") -> dict:
     """Run in-process unless `run_dir` already holds a completed run (resumable)."""
     from fedml_fes.runtime.job import make_run_dir
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     summary_path = run_dir / "summary.json"
     if summary_path.is_file() and json.loads(summary_path.read_text()).get("status") == "completed":

@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agnews-dir", default=None, help="AG News in its official CSV layout (data_args.data_dir)")
     opts = p.parse_args(argv)
     from fedml_fes.errors import FesError
-    from fedml_fes_plugins.bench import pending_runs, run_bench, run_dir_of
-    from fedml_fes_plugins.bench_config import load_bench, preset_path
+    from fedml_fes_plugins.bench.runner import pending_runs, run_bench, run_dir_of
+    from fedml_fes_plugins.bench.config import load_bench, preset_path
 
     data = {"data_args.data_dir": opts.agnews_dir} if opts.agnews_dir else None
     plan = load_bench(preset_path(opts.preset), data, {"methods": list(METHODS), "seeds": [opts.seed],

@@ -270,17 +270,6 @@ class TrackingConfig:
 
 
 @dataclass
-class FaultConfig:
-    """Fault injection for tests of failure handling (never set in a real run)."""
-
-    raise_in_round: int = -1  # a client raises while training in this round
-    raise_on_client: int = -1  # ...only this client id (-1: the first client of the round)
-    stall_in_round: int = -1  # a client process stops answering in this round (cross-silo tests)
-    stall_on_rank: int = -1
-    stall_s: float = 3600.0
-
-
-@dataclass
 class FesConfig:
     common_args: CommonConfig = field(default_factory=CommonConfig)
     data_args: DataConfig = field(default_factory=DataConfig)
@@ -296,7 +285,6 @@ class FesConfig:
     comm_args: CommConfig = field(default_factory=CommConfig)
     device_args: DeviceConfig = field(default_factory=DeviceConfig)
     tracking_args: TrackingConfig = field(default_factory=TrackingConfig)
-    fault_args: FaultConfig = field(default_factory=FaultConfig)
     source: str = ""  # the YAML file this came from
 
     # Short aliases keep call sites readable: cfg.data.dataset rather than cfg.data_args...
@@ -361,10 +349,6 @@ class FesConfig:
     def comm(self) -> CommConfig:
         return self.comm_args
 
-    @property
-    def fault(self) -> FaultConfig:
-        return self.fault_args
-
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in _sections()}
 
@@ -427,7 +411,10 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
     if kind is dict:
         if not isinstance(value, dict):
             raise FesError(f"config key '{where}' must be a mapping, got {value!r}")
-        return {str(k): str(v) for k, v in value.items()}
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                raise FesError(f"config key '{where}.{k}' must be a single value, got {v!r}")
+        return {str(k): v for k, v in value.items()}
     if kind is str:
         if value is None:
             return ""
@@ -469,8 +456,24 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> FesConfi
     return cfg
 
 
-def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
-    """Read a YAML config; `overrides` maps 'section.key' to a value (CLI --set)."""
+def parse_overrides(items: "list[str]") -> dict[str, Any]:
+    """CLI `--set section.key=value` items as {'section.key': value}; values parse as YAML
+    scalars (3 -> int, 1e-3 -> str, coerced later by the field's type)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise FesError(f"--set '{item}' must look like section.key=value")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise FesError(f"--set '{item}': the value is not a YAML scalar") from None
+    return out
+
+
+def read_sections(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The YAML's sections as plain dicts with `section.key` overrides applied: the one place a
+    run config file is read (typing and validation: `config_from_dict`)."""
     p = Path(path)
     if not p.is_file():
         raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
@@ -480,13 +483,28 @@ def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = N
         mark = getattr(e, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark else ""
         raise FesError(f"{p}:{at} is not valid YAML ({getattr(e, 'problem', e)})") from None
-    raw = {k: dict(v or {}) for k, v in raw.items()} if isinstance(raw, dict) else raw
-    for dotted, value in (overrides or {}).items():
-        if "." not in dotted:
+    if not isinstance(raw, dict):
+        raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
+    raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
+    apply_overrides(raw, overrides or {}, str(p))
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any], source: str = "<dict>") -> None:
+    """Set each 'section.key' of `overrides` in the raw sections, in place (types: config_from_dict)."""
+    for dotted, value in overrides.items():
+        sec, dot, key = str(dotted).partition(".")
+        if not dot or not key:
             raise FesError(f"override '{dotted}' must look like section.key=value")
-        sec, key = dotted.split(".", 1)
-        raw.setdefault(sec, {})[key] = value
-    return config_from_dict(raw, source=str(p))
+        section = raw.setdefault(sec, {})
+        if not isinstance(section, dict):
+            raise FesError(f"config section '{sec}' in {source} must be a mapping of keys")
+        section[key] = value
+
+
+def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
+    """Read, type and validate a run config; `overrides` maps 'section.key' to a value (CLI --set)."""
+    return config_from_dict(read_sections(path, overrides), source=str(path))
 
 
 def _check(ok: bool, message: str) -> None:
@@ -555,6 +573,7 @@ def validate(cfg: FesConfig) -> None:
     _check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
     _check(0 <= fl.candidate_fraction <= 1,
            f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}")
+    cfg.prompt.verbalizer = {k: str(v) for k, v in cfg.prompt.verbalizer.items()}  # words, even `yes: 1`
     pa = cfg.pacing
     _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
     _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100, "pacing_args: f and n must be >= 1, k in (0, 100]")

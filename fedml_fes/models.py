@@ -86,6 +86,17 @@ def build_masked_lm(name: str, seed: int) -> PreTrainedModel:
     return _load(AutoModelForMaskedLM.from_pretrained, name)
 
 
+def skeleton(name: str, masked_lm: bool, num_labels: int = 2) -> PreTrainedModel:
+    """The model's architecture on the meta device: every shape, no weights read, no memory
+    (a dry run's payload size)."""
+    from transformers import AutoConfig
+    config = _load(AutoConfig.from_pretrained, name)
+    if not masked_lm:
+        config.num_labels = num_labels
+    with _quiet_transformers(), torch.device("meta"):
+        return (AutoModelForMaskedLM if masked_lm else AutoModelForSequenceClassification).from_config(config)
+
+
 def mlm_head(model: PreTrainedModel) -> nn.Module:
     """The module mapping hidden states to vocabulary logits (BERT: cls, RoBERTa: lm_head)."""
     for name in ("cls", "lm_head"):

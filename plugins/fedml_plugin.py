@@ -48,7 +48,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()
 from fedml.core import ClientTrainer, ServerAggregator
@@ -64,8 +64,8 @@ from fedml_fes.runtime.server import FedAvgCore
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientUpdate
 
-from .data_loader import config_from_args, load
-from .inprocess import format_row
+from fedml_fes_plugins.adapters.data_loader import config_from_args, load
+from fedml_fes_plugins.runtimes.inprocess import format_row
 
 
 def _run_dir(args: Any) -> Path:
@@ -86,7 +86,7 @@ def _abort(args: Any, code: int = 1) -> NoReturn:
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:
-    from .mpi_main import parse_overrides
+    from fedml_fes.config import parse_overrides
     p = argparse.ArgumentParser(description="A FeS run under FedML's cross-silo runtime (FedMLRunner).")
     p.add_argument("--cf", required=True, help="FeS run config YAML")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
@@ -156,9 +156,9 @@ def init(argv: list[str] | None = None) -> Any:
 
 
 def _init(argv: list[str]) -> Any:
-    from .cross_silo_config import read_ipconfig
-    from .fedml_offline import offline_fedml_init
-    from .inprocess import ensure_mlm_build
+    from fedml_fes_plugins.cross_silo.config import read_ipconfig
+    from fedml_fes_plugins.adapters.offline import offline_fedml_init
+    from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     opts = parse_cli(argv)
     cfg = load_config(opts.cf, opts.overrides)
@@ -192,7 +192,7 @@ def _init(argv: list[str]) -> Any:
         raise FesError(f"the FedMLRunner plugins run over MPI (mpirun) or GRPC; comm_args.backend is '{cfg.comm.backend}'")
     args = fedml_args(cfg, run_dir, worker_num)
     if backend == "GRPC":  # FedML reads these from its own CLI flags otherwise
-        from .cross_silo_transport import use_startup_tolerant_grpc
+        from fedml_fes_plugins.cross_silo.transport import use_startup_tolerant_grpc
         use_startup_tolerant_grpc()
         args.rank, args.role = rank, "server" if rank == 0 else "client"
         args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path

@@ -57,6 +57,29 @@ def write_config(path: Path, raw: dict) -> Path:
     return path
 
 
+FAULTS_DIR = Path(__file__).resolve().parent / "faults"
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """Inject a test fault (tests/faults: raise_in_round, raise_on_client, stall_in_round,
+    stall_on_rank, stall_s) into this process and every Python process the test starts; the
+    product has no fault switch."""
+    monkeypatch.syspath_prepend(str(FAULTS_DIR))
+
+    def inject(**spec) -> None:
+        import json
+        from tests_faults_install import install, uninstall
+        monkeypatch.setenv("FES_TEST_FAULTS", json.dumps(spec))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTS_DIR), os.environ.get("PYTHONPATH")])))
+        install(spec)
+        inject.undo = uninstall
+
+    yield inject
+    if hasattr(inject, "undo"):
+        inject.undo()
+
+
 @pytest.fixture
 def clean_home(tmp_path, monkeypatch) -> Path:
     """A HOME that must stay empty: runs write only into their run directory."""

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("preset", ["smoke", "cpu", "paper"])
 def test_presets_parse(preset):
-    from fedml_fes_plugins.bench_config import load_bench, preset_path
+    from fedml_fes_plugins.bench.config import load_bench, preset_path
     plan = load_bench(preset_path(preset), bench_overrides={"full_label": False})
     assert {"fedcls", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf", "fes_no_dc"} <= set(plan.args.methods)
     assert plan.args.targets[:2] == ["fedfsl", "fedfsl_bias"]
@@ -49,20 +49,20 @@ def _bench_yaml(tmp_path, tiny_model_dir, **bench):
 
 
 def test_bad_bench_configs_are_one_line_errors(tmp_path, tiny_model_dir):
-    from fedml_fes_plugins.bench_config import load_bench
+    from fedml_fes_plugins.bench.config import load_bench
     with pytest.raises(FesError, match="unknown config key 'method' in .* section 'bench_args'; did you mean 'methods'"):
         load_bench(_bench_yaml(tmp_path, tiny_model_dir, method=["fes"]))
     with pytest.raises(FesError, match="bench_args method 'fes_plus' is not a few-shot method"):
         load_bench(_bench_yaml(tmp_path, tiny_model_dir, methods=["fes_plus"]))
     with pytest.raises(FesError, match="unknown bench preset 'huge'"):
-        from fedml_fes_plugins.bench_config import preset_path
+        from fedml_fes_plugins.bench.config import preset_path
         preset_path("huge")
     with pytest.raises(FesError, match="bench config not found"):
         load_bench(tmp_path / "nope.yaml")
 
 
 def test_full_label_reference_labels_every_training_example(tmp_path, tiny_model_dir):
-    from fedml_fes_plugins.bench_config import load_bench, run_config
+    from fedml_fes_plugins.bench.config import load_bench, run_config
     plan = load_bench(_bench_yaml(tmp_path, tiny_model_dir))
     cfg = run_config(plan, "full_label", 0)
     assert cfg.train.method == "fedcls" and cfg.data.gold_labels == 160 and cfg.data.gold_sparsity == 100
@@ -70,8 +70,8 @@ def test_full_label_reference_labels_every_training_example(tmp_path, tiny_model
 
 
 def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
-    from fedml_fes_plugins.bench import build_report, run_bench
-    from fedml_fes_plugins.bench_config import load_bench
+    from fedml_fes_plugins.bench.runner import build_report, run_bench
+    from fedml_fes_plugins.bench.config import load_bench
     plan = load_bench(_bench_yaml(tmp_path, tiny_model_dir))
     out = tmp_path / "bench"
     lines = []
@@ -107,7 +107,7 @@ def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
     assert json.loads(summary.read_text())["status"] == "completed"
 
     # another device and bandwidth re-cost the finished runs; bad ones are one line
-    from fedml_fes_plugins.bench import devices_for
+    from fedml_fes_plugins.bench.runner import devices_for
     path = build_report(plan, out, devices_for(plan, out, ["rpi_4b"]), bandwidth=10.0, echo=lambda _l: None)
     assert "10 MB/s" in path.read_text() and "Raspberry Pi 4B" in path.read_text()
     with pytest.raises(FesError, match="unknown device profile 'pixel'"):
@@ -116,7 +116,7 @@ def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
         build_report(plan, out, devices_for(plan, out, ["rpi_4b"]), bandwidth=0.0, echo=lambda _l: None)
 
     # a changed run config is not silently mixed with old runs
-    from fedml_fes_plugins.bench_config import load_bench as reload
+    from fedml_fes_plugins.bench.config import load_bench as reload
     changed = reload(_bench_yaml(tmp_path, tiny_model_dir), {"train_args.learning_rate": 0.01})
     with pytest.raises(FesError, match="different config .*train_args.learning_rate"):
         run_bench(changed, out, progress=False, echo=lambda _l: None)
@@ -167,7 +167,7 @@ def test_report_without_the_target_runs_still_writes_every_figure(tmp_path):
 
 
 def test_cli_bench_errors_are_one_line(tmp_path, capsys):
-    from fedml_fes_plugins.cli import main
+    from fedml_fes_plugins.cli.main import main
     assert main(["bench", "--preset", "smoke", "--report-only", "--out", str(tmp_path / "b")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("fedml-fes: error: no completed run") and "\n" not in err
@@ -182,7 +182,7 @@ def test_cli_bench_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_smoke_preset_end_to_end(tmp_path, capsys):
     """`fedml-fes bench --preset smoke` as CI runs it (minutes)."""
-    from fedml_fes_plugins.cli import main
+    from fedml_fes_plugins.cli.main import main
     assert main(["bench", "--preset", "smoke", "--out", str(tmp_path / "smoke"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "FeS against the paper's best figures" in out and "full report:" in out
@@ -193,7 +193,7 @@ def test_resume_check_ignores_keys_added_since_a_run_at_their_default(tmp_path):
     import yaml
 
     from fedml_fes.config import FesConfig
-    from fedml_fes_plugins.bench import _config_changes
+    from fedml_fes_plugins.bench.runner import _config_changes
     saved = FesConfig().to_dict()
     del saved["mlm_args"]["mask_probability"]  # as if the key did not exist when the run was made
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
@@ -210,7 +210,7 @@ def test_resume_check_ignores_sections_the_method_never_reads(tmp_path):
     import yaml
 
     from fedml_fes.config import FesConfig
-    from fedml_fes_plugins.bench import _config_changes
+    from fedml_fes_plugins.bench.runner import _config_changes
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(FesConfig().to_dict()))
     for method, changed in (("fedfsl", []), ("fedcls", []), ("fes", ["tuning_args.bias_learning_rate"]),
                             ("fedfsl_bias", ["tuning_args.bias_learning_rate"])):
@@ -240,3 +240,14 @@ def test_fes_evidence_and_the_bench_report_judge_against_one_set_of_paper_bars()
     assert rows["traffic per client and round, FedFSL / FeS"] == (">= 3000x", True)
     assert rows["peak training memory, FedFSL / FeS"] == (">= 4.5x", True)
     assert rows["unlabeled data skipped by filtering (vs FeS without it)"] == (">= 95%", True)
+
+
+def test_bench_dry_run_checks_every_run_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli.main", "bench", "--preset", "smoke",
+                          "--out", str(tmp_path / "b"), "--dry-run"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("dry run: every run checked") and any(" fes s0: fes, " in x for x in lines)
+    assert not (tmp_path / "b").exists()

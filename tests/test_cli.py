@@ -6,7 +6,7 @@ import pytest
 
 from .conftest import VENV_BIN, small_config, write_config
 
-CLI = [sys.executable, "-m", "fedml_fes_plugins.cli"]
+CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 
 def fes(*args, timeout=300, **kw):
@@ -60,3 +60,25 @@ def test_demo_runs_on_the_offline_model(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "round   0: test_acc=" in out.stdout and "round   1: test_acc=" in out.stdout
     assert '"status": "completed"' in out.stdout
+
+
+@pytest.mark.parametrize("method", ["fedcls", "fes"])
+def test_dry_run_checks_and_describes_without_a_run_dir(tmp_path, tiny_model_dir, method):
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"method": method}))
+    out = fes("run", "--cf", str(cf), "--dry-run", cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "gold labels: 32 on 8 client(s)" in out.stdout and f"method: {method}, 3 rounds x 3 clients" in out.stdout
+    assert "bytes each way" in out.stdout and ("prompt: " in out.stdout) == (method == "fes")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("prompt, match", [
+    ({"pattern_id": 9}, "pattern_id 9 does not exist"),
+    ({"pattern": "{mask}: {text_a}", "verbalizer": {"business": "Business"}}, "does not cover classes"),
+])
+def test_a_bad_prompt_fails_before_loading_or_writing(tmp_path, tiny_model_dir, prompt, match):
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "prompt_only"}, prompt_args=prompt)
+    out = fes("run", "--cf", str(write_config(tmp_path / "c.yaml", raw)), cwd=tmp_path, timeout=120)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1 and match in lines[0], out.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,6 +1,6 @@
 import pytest
 
-from fedml_fes.config import config_from_dict, load_config
+from fedml_fes.config import config_from_dict, load_config, parse_overrides, read_sections
 from fedml_fes.errors import FesError
 
 
@@ -63,3 +63,28 @@ def test_shipped_run_configs_parse():
     from pathlib import Path
     for p in sorted((Path(__file__).resolve().parents[1] / "run_configs").glob("*.yaml")):
         load_config(p)
+
+
+def test_set_items_parse_once_as_yaml_scalars():
+    assert parse_overrides(["train_args.comm_round=3", "tuning_args.bias_learning_rate=1e-2",
+                            "model_args.model=a=b"]) == {"train_args.comm_round": 3,
+                                                         "tuning_args.bias_learning_rate": "1e-2",
+                                                         "model_args.model": "a=b"}
+    for bad in ("comm_round=3", "train_args.comm_round"):
+        with pytest.raises(FesError, match="section.key=value"):
+            parse_overrides([bad])
+
+
+def test_one_reader_for_files_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train_args:\n  comm_round: 2\ncomm_args:\n  customized_training_mqtt_config:\n    BROKER_PORT: 1883\n")
+    raw = read_sections(p, {"train_args.epochs": 2, "data_args.dataset": "bbc_news"})
+    assert raw["train_args"] == {"comm_round": 2, "epochs": 2} and raw["data_args"] == {"dataset": "bbc_news"}
+    cfg = load_config(p, {"train_args.epochs": 2})
+    assert cfg.train.epochs == 2
+    # a mapping key keeps its values' YAML types (a port stays an int), nested values are refused
+    assert cfg.comm.customized_training_mqtt_config == {"BROKER_PORT": 1883}
+    with pytest.raises(FesError, match="prompt_args.verbalizer.a' must be a single value"):
+        config_from_dict({"prompt_args": {"verbalizer": {"a": ["x"]}}})
+    own = {"pattern": "{mask}: {text_a}", "verbalizer": {"a": 1}}
+    assert config_from_dict({"prompt_args": own}).prompt.verbalizer == {"a": "1"}

@@ -15,7 +15,7 @@ from .conftest import small_config
 
 
 def _run(cfg):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
 
@@ -77,7 +77,7 @@ def test_costs_are_identical_under_mpirun(tmp_path, tiny_model_dir):
     import json
 
     from fedml_fes.config import load_config
-    from fedml_fes_plugins.launcher import run_mpirun
+    from fedml_fes_plugins.runtimes.launcher import run_mpirun
 
     from .conftest import write_config
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},

@@ -30,7 +30,7 @@ def _grpc_config(tmp_path, silo_num=2, ports=None):
 
 
 def free_port() -> int:
-    from fedml_fes_plugins.cross_silo_services import free_port as fp
+    from fedml_fes_plugins.cross_silo.services import free_port as fp
     return fp()
 
 
@@ -44,7 +44,7 @@ S3_OK = {"CN_S3_ENDPOINT": "http://127.0.0.1:1", "CN_S3_AKI": "a", "CN_S3_SAK": 
 
 
 def test_shipped_configs_load_with_their_transport_settings(monkeypatch):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     monkeypatch.chdir(REPO)
     cfg, s = load_cross_silo(REPO / "run_configs" / "cross_silo_grpc.yaml")
     assert (s.backend, s.silo_num, cfg.common.training_type) == ("GRPC", 3, "cross_silo")
@@ -58,7 +58,7 @@ def test_shipped_configs_load_with_their_transport_settings(monkeypatch):
 
 
 def test_silo_count_defaults_to_the_client_ranks_of_the_ipconfig(tmp_path):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     ip = _ipconfig(tmp_path / "ip.csv", [f"{r},{r},127.0.0.1,{9000 + r}" for r in range(3)])
     _, s = load_cross_silo(write_config(tmp_path / "c.yaml", _raw(grpc_ipconfig_path=ip)))
     assert s.silo_num == 2 and s.ranks == [1, 2] and s.round_timeout_s == 300.0
@@ -74,7 +74,7 @@ def test_silo_count_defaults_to_the_client_ranks_of_the_ipconfig(tmp_path):
     (["0,0,127.0.0.1,9000", "0,0,127.0.0.1,9001"], "listed twice"),
 ])
 def test_bad_ipconfig_is_one_line_naming_the_problem(tmp_path, rows, message):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     ip = _ipconfig(tmp_path / "ip.csv", rows)
     with pytest.raises(FesError, match=re.escape(message)):
         load_cross_silo(write_config(tmp_path / "c.yaml", _raw(grpc_ipconfig_path=ip)))
@@ -95,14 +95,14 @@ def test_bad_ipconfig_is_one_line_naming_the_problem(tmp_path, rows, message):
     (_mqtt_raw({"BROKER_HOST": "h", "BROKER_PORT": 1}, S3_OK, silo_nmu=2), "unknown config key 'silo_nmu'"),
 ])
 def test_bad_transport_settings_are_one_line_errors(tmp_path, raw, message):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     with pytest.raises(FesError, match=message) as e:
         load_cross_silo(write_config(tmp_path / "c.yaml", raw))
     assert "\n" not in str(e.value)
 
 
 def test_rank_outside_the_ipconfig_is_refused(tmp_path):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     cf, _ = _grpc_config(tmp_path)
     _, s = load_cross_silo(cf)
     with pytest.raises(FesError, match=r"rank 3 is outside .*ip.csv \(client ranks 1-2\)"):
@@ -113,7 +113,7 @@ def test_rank_outside_the_ipconfig_is_refused(tmp_path):
 
 
 def test_mlops_edge_ids_map_to_ranks(tmp_path):
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
     cf = write_config(tmp_path / "c.yaml", _mqtt_raw({"BROKER_HOST": "h", "BROKER_PORT": 1}, S3_OK))
     _, s = load_cross_silo(cf, silo_ids={1: 1001, 2: 1002}, server_id=77)
     assert (s.wire_id(1), s.wire_id(2), s.rank_of(1002), s.rank_of(0), s.server_id) == (1001, 1002, 2, 0, 77)
@@ -129,7 +129,7 @@ def _update(cid, **changes):
 
 
 def test_updates_from_silos_are_parsed_defensively():
-    from fedml_fes_plugins.cross_silo_protocol import parse_updates
+    from fedml_fes_plugins.cross_silo.protocol import parse_updates
     tasks = {1: ClientTask(3, 1, "train", 11), 4: ClientTask(3, 4, "train", 12)}
     payload = [_update(1), _update(1), _update(9), _update(4, round_idx=2), "junk",
                _update(4, params={"w": [1.0]}), _update(4, weight=float("nan")), _update(4, metrics={"x": "y"})]
@@ -150,7 +150,7 @@ def test_updates_from_silos_are_parsed_defensively():
 
 
 def test_labeling_reports_are_checked_against_the_pool():
-    from fedml_fes_plugins.cross_silo_protocol import parse_updates
+    from fedml_fes_plugins.cross_silo.protocol import parse_updates
     tasks = {2: ClientTask(0, 2, "label", 5)}
 
     def check(cid, ids, labels):
@@ -166,7 +166,7 @@ def test_labeling_reports_are_checked_against_the_pool():
 
 
 def test_port_in_use_is_reported_before_starting(tmp_path):
-    from fedml_fes_plugins.cross_silo_checks import check_port
+    from fedml_fes_plugins.cross_silo.checks import check_port
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen(1)
@@ -177,7 +177,7 @@ def test_port_in_use_is_reported_before_starting(tmp_path):
 
 
 def _cli(argv):
-    from fedml_fes_plugins.cli import main
+    from fedml_fes_plugins.cli.main import main
     return main(argv)
 
 
@@ -200,14 +200,14 @@ def test_cli_bad_input_exits_fast_with_one_line(tmp_path, capsys):
     with socket.socket() as fake_broker:  # accepts TCP, speaks no MQTT: the S3 check is next
         fake_broker.bind(("127.0.0.1", 0))
         fake_broker.listen(4)
-        from fedml_fes_plugins.cross_silo_checks import check_s3
+        from fedml_fes_plugins.cross_silo.checks import check_s3
         with pytest.raises(FesError, match="cannot reach the S3 endpoint http://127.0.0.1:1"):
             check_s3(S3_OK, 2.0)
     assert time.monotonic() - start < 30
 
 
 def test_launcher_refuses_an_unreachable_broker_before_starting_anything(tmp_path, tiny_model_dir):
-    from fedml_fes_plugins.cross_silo_launch import run_local
+    from fedml_fes_plugins.cross_silo.launch import run_local
 
     from .conftest import small_config
     raw = small_config(tmp_path, tiny_model_dir)

@@ -41,9 +41,9 @@ def _config(tmp_path: Path, model_dir: str, backend: str, name: str = "c.yaml", 
 
 def _in_process(cf: Path, run_dir: Path) -> dict:
     from fedml_fes.runtime.job import make_run_dir
-    from fedml_fes_plugins.cross_silo_config import load_job_config
-    from fedml_fes_plugins.inprocess import run_in_process
-    cfg = load_job_config(cf)
+    from fedml_fes.config import load_config
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    cfg = load_config(cf)
     return run_in_process(cfg, make_run_dir(cfg, str(run_dir)), progress=False, echo=lambda _l: None)
 
 
@@ -86,7 +86,7 @@ class Processes:
         logs.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, role: str, rank: int, run_dir: Path, *extra: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo_main", "--cf", str(self.cf),
+        cmd = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(self.cf),
                "--role", role, "--rank", str(rank), "--run-dir", str(run_dir), *extra]
         with (self.logs / f"{name}.log").open("a") as out:
             self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -115,7 +115,7 @@ class Processes:
 
 
 def _ipconfig(path: Path, silo_num: int = 3) -> str:
-    from fedml_fes_plugins.cross_silo_services import free_port
+    from fedml_fes_plugins.cross_silo.services import free_port
     rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [f"{r},{r},127.0.0.1,{free_port()}"
                                                           for r in range(silo_num + 1)]
     path.write_text("\n".join(rows) + "\n")
@@ -124,7 +124,7 @@ def _ipconfig(path: Path, silo_num: int = 3) -> str:
 
 def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     """Same seed, same per-round accuracies; nothing written outside the run directory."""
-    from fedml_fes_plugins.cross_silo_launch import run_local
+    from fedml_fes_plugins.cross_silo.launch import run_local
     cf = _config(tmp_path, tiny_model_dir, "GRPC", comm_args={"round_timeout_s": 120})
     lines: list[str] = []
     summary = run_local(str(cf), [], str(tmp_path / "silo"), local_services=True, echo=lines.append,
@@ -140,13 +140,13 @@ def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
           f"cross-silo gRPC {_round_wall(tmp_path / 'silo'):.3f}s")
 
 
-def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, mosquitto_exe):
+def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, mosquitto_exe, faults):
     """mosquitto + moto S3 on loopback; silo 2 is SIGKILLed while it holds round tasks: the
     server waits round_timeout_s, aggregates what arrived, logs the dropout and finishes."""
-    from fedml_fes_plugins.cross_silo_launch import run_local
+    from fedml_fes_plugins.cross_silo.launch import run_local
     cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 5},
-                 comm_args={"round_timeout_s": 6},
-                 fault_args={"stall_in_round": 1, "stall_on_rank": 2, "stall_s": 300})
+                 comm_args={"round_timeout_s": 6})
+    faults(stall_in_round=1, stall_on_rank=2, stall_s=300)
     run_dir = tmp_path / "silo"
     lines: list[str] = []
     killed: dict[str, int] = {}
@@ -180,15 +180,15 @@ def _owned_by(rank: int, clients: str, silo_num: int = 3) -> list[int]:
     return [int(c) for c in clients.split() if 1 + int(c) % silo_num == rank]
 
 
-def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path, tiny_model_dir):
+def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path, tiny_model_dir, faults):
     """FedFSL (pseudo labels on the silo's disk): silo 2 is killed mid-round and restarted on
     the same directory; the server drops the lost tasks, takes it back with its devices'
     stored labels, and the run completes with silo 2's devices training again."""
     cf = _config(tmp_path, tiny_model_dir, "GRPC", train_args={"method": "fedfsl", "comm_round": 6},
                  data_args={"gold_labels": 16, "gold_sparsity": 0.001},
                  pseudo_args={"label_clients": 3, "per_pass": 10},
-                 comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 240},
-                 fault_args={"stall_in_round": 2, "stall_on_rank": 2, "stall_s": 300})
+                 comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 240})
+    faults(stall_in_round=2, stall_on_rank=2, stall_s=300)
     run_dir = tmp_path / "run"
     with Processes(cf, tmp_path / "logs") as procs:
         server = procs.start("server", "server", 0, run_dir)
@@ -200,7 +200,8 @@ def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path
                   for p in store.glob("*/pseudo_labels.json")}
         procs.procs["silo2"].send_signal(signal.SIGKILL)
         procs.procs["silo2"].wait()
-        procs.start("silo2-again", "client", 2, run_dir / "silos" / "2", "--set", "fault_args.stall_in_round=-1")
+        os.environ.pop("FES_TEST_FAULTS")  # the restarted silo does not stall (monkeypatch restores it)
+        procs.start("silo2-again", "client", 2, run_dir / "silos" / "2")
         assert server.wait(timeout=RUN_LIMIT_S) == 0, procs.log("server")[-3000:]
         for name in ("silo1", "silo2-again", "silo3"):
             assert procs.procs[name].wait(timeout=30) == 0, procs.log(name)[-2000:]
@@ -223,10 +224,11 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
     """A silo speaking the protocol with bad updates: NaN, wrong shapes, garbage, foreign clients."""
     import torch
 
-    from fedml_fes_plugins import cross_silo_protocol as p
-    from fedml_fes_plugins.cross_silo_config import load_cross_silo
-    from fedml_fes_plugins.cross_silo_node import QueuedCommManager
-    from fedml_fes_plugins.cross_silo_transport import fedml_args
+    from fedml_fes_plugins.adapters import messages as m
+    from fedml_fes_plugins.cross_silo import protocol as p
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
+    from fedml_fes_plugins.cross_silo.node import QueuedCommManager
+    from fedml_fes_plugins.cross_silo.transport import fedml_args
 
     cfg, settings = load_cross_silo(cf)
     node = QueuedCommManager(fedml_args(cfg, settings, rank), settings, rank)
@@ -253,20 +255,20 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
         while not stop.is_set() and time.monotonic() < deadline:
             if not joined and time.monotonic() - last > 1:
                 last = time.monotonic()
-                node.send(node.message(p.MSG_C2S_JOIN, 0, **{p.KEY_RANK: rank, p.KEY_SESSION: "rogue",
-                                                               p.KEY_FINGERPRINT: settings.fingerprint, p.KEY_STATE: {}}))
+                node.send(node.message(m.MSG_C2S_JOIN, 0, **{m.KEY_RANK: rank, m.KEY_SESSION: "rogue",
+                                                               m.KEY_FINGERPRINT: settings.fingerprint, m.KEY_STATE: {}}))
             got = node.next_message(0.5)
             if got is None:
                 continue
             msg_type, msg = got
-            if msg_type == p.MSG_S2C_WELCOME:
+            if msg_type == m.MSG_S2C_WELCOME:
                 joined = True
-            elif msg_type == p.MSG_S2C_FINISH:
+            elif msg_type == m.MSG_S2C_FINISH:
                 return
-            elif msg_type == p.MSG_S2C_TASKS:
-                tasks = p.parse_tasks(msg.get(p.KEY_TASKS))
-                reply = node.message(p.MSG_C2S_UPDATES, 0, **{p.KEY_ROUND: msg.get(p.KEY_ROUND),
-                                                              p.KEY_PHASE: msg.get(p.KEY_PHASE)})
+            elif msg_type == m.MSG_S2C_TASKS:
+                tasks = p.parse_tasks(msg.get(m.KEY_TASKS))
+                reply = node.message(m.MSG_C2S_UPDATES, 0, **{m.KEY_ROUND: msg.get(m.KEY_ROUND),
+                                                              m.KEY_PHASE: msg.get(m.KEY_PHASE)})
                 if tasks:
                     kind = kinds[len(sent) % len(kinds)]
                     sent.append(kind)
@@ -307,11 +309,12 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
     assert any(int(r["updates_accepted"]) < int(r["updates_planned"]) for r in _rows(run_dir))
 
 
-def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquitto_exe):
+def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquitto_exe, faults):
     """Every device raises in round 1: one error line, every process (broker and S3 too) gone."""
-    from fedml_fes_plugins.cross_silo_launch import run_local
+    from fedml_fes_plugins.cross_silo.launch import run_local
     cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 4},
-                 comm_args={"round_timeout_s": 60}, fault_args={"raise_in_round": 1})
+                 comm_args={"round_timeout_s": 60})
+    faults(raise_in_round=1)
     run_dir = tmp_path / "silo"
     with pytest.raises(FesError) as e:
         run_local(str(cf), [], str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S)
@@ -357,7 +360,7 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
     import yaml
     import zipfile
 
-    from fedml_fes_plugins.cross_silo_services import start_mosquitto, start_s3
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
     dest = tmp_path / "build"
     out = subprocess.run(["bash", str(REPO / "deploy" / "build_mlops_packages.sh"), str(dest)],
                          capture_output=True, text=True, timeout=600)

@@ -16,7 +16,7 @@ from fedml_fes.errors import FesError
 
 
 def ensure_mosquitto() -> str:
-    from fedml_fes_plugins.cross_silo_services import find_mosquitto
+    from fedml_fes_plugins.cross_silo.services import find_mosquitto
     try:
         return find_mosquitto()
     except FesError:
@@ -40,7 +40,7 @@ def mosquitto_exe() -> str:
 
 @pytest.fixture
 def broker(tmp_path, mosquitto_exe):
-    from fedml_fes_plugins.cross_silo_services import start_mosquitto
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto
     service = start_mosquitto(tmp_path / "mosquitto")
     try:
         yield service
@@ -50,7 +50,7 @@ def broker(tmp_path, mosquitto_exe):
 
 @pytest.fixture
 def s3(tmp_path):
-    from fedml_fes_plugins.cross_silo_services import start_s3
+    from fedml_fes_plugins.cross_silo.services import start_s3
     service = start_s3(tmp_path / "s3")
     try:
         yield service
@@ -59,7 +59,7 @@ def s3(tmp_path):
 
 
 def test_local_broker_and_s3_pass_the_checks(broker, s3):
-    from fedml_fes_plugins.cross_silo_checks import check_mqtt, check_s3
+    from fedml_fes_plugins.cross_silo.checks import check_mqtt, check_s3
     check_mqtt(broker.config, 5.0)
     check_s3(s3.config, 5.0)
     with pytest.raises(FesError, match="bucket 'other' does not exist"):
@@ -67,8 +67,8 @@ def test_local_broker_and_s3_pass_the_checks(broker, s3):
 
 
 def test_wrong_mqtt_credentials_are_refused_within_seconds(tmp_path, mosquitto_exe):
-    from fedml_fes_plugins.cross_silo_checks import check_mqtt
-    from fedml_fes_plugins.cross_silo_services import start_mosquitto
+    from fedml_fes_plugins.cross_silo.checks import check_mqtt
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto
     broker = start_mosquitto(tmp_path / "auth", users={"fes": "right"})
     try:
         check_mqtt(broker.config, 5.0)
@@ -87,8 +87,8 @@ def test_wrong_s3_credentials_are_refused(tmp_path):
     """moto checks keys against its IAM once INITIAL_NO_AUTH_ACTION_COUNT actions have passed."""
     import boto3
 
-    from fedml_fes_plugins.cross_silo_checks import check_s3
-    from fedml_fes_plugins.cross_silo_services import s3_client, start_s3
+    from fedml_fes_plugins.cross_silo.checks import check_s3
+    from fedml_fes_plugins.cross_silo.services import s3_client, start_s3
     service = start_s3(tmp_path / "s3auth", env={"INITIAL_NO_AUTH_ACTION_COUNT": "4"}, create_bucket=False)
     try:
         endpoint = service.config["CN_S3_ENDPOINT"]

@@ -10,7 +10,7 @@ from fedml_fes.data.fednlp_h5 import (partition_name, read_fednlp_data, read_fed
                                       write_fednlp_partition)
 from fedml_fes.data.federated import build_federated_data
 from fedml_fes.errors import FesError
-from fedml_fes_plugins.partition_cli import export_fednlp
+from fedml_fes_plugins.cli.partition import export_fednlp
 from fedml_fes.data.sources import load_source
 
 
@@ -157,7 +157,7 @@ def test_failed_export_leaves_previous_file_and_no_temp(tmp_path):
 
 def test_fedml_fednlp_code_reads_our_export(tmp_path):
     """FedML 0.9.6 ships FedNLP's BaseDataManager: its own readers open our files."""
-    from fedml_fes_plugins.fedml_offline import import_fedml
+    from fedml_fes_plugins.adapters.offline import import_fedml
     import_fedml()
     from fedml.data.fednlp.base.data_manager.base_data_manager import BaseDataManager
 

@@ -9,7 +9,7 @@ import pytest
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.data.federated import ClientData, LabelOracle, UnlabeledPool, build_federated_data
-from fedml_fes_plugins.data_loader import dataset_list
+from fedml_fes_plugins.adapters.data_loader import dataset_list
 
 _LEAVES = (str, bytes, int, float, bool, type(None))
 _STOP = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)

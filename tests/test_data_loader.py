@@ -4,7 +4,7 @@ import pytest
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.data.federated import ClientData, build_federated_data
-from fedml_fes_plugins.data_loader import LocalTestData, config_from_args, dataset_list, load
+from fedml_fes_plugins.adapters.data_loader import LocalTestData, config_from_args, dataset_list, load
 
 RAW = {"common_args": {"random_seed": 3},
        "data_args": {"client_num_in_total": 8, "gold_labels": 16, "gold_sparsity": 100, "max_train_examples": 400,
@@ -37,7 +37,7 @@ def test_flat_fedml_args_give_the_same_data():
 
 def test_fedml_trainer_picks_each_clients_data():
     """FedML's cross-silo FedMLTrainer indexes the dicts by client id and trains on that entry."""
-    from fedml_fes_plugins.fedml_offline import import_fedml
+    from fedml_fes_plugins.adapters.offline import import_fedml
     import_fedml()
     from fedml.core import ClientTrainer
     from fedml.cross_silo.client.fedml_trainer import FedMLTrainer

@@ -13,7 +13,7 @@ from fedml_fes.report.partition_report import count_partition, skew_stats, summa
 
 from .conftest import write_config
 
-CLI = [sys.executable, "-m", "fedml_fes_plugins.cli"]
+CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 
 def test_partition_command_prints_counts_and_writes_csv_png_h5(tmp_path):

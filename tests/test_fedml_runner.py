@@ -97,7 +97,7 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.phases import PhaseSequence
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 3}, **{
         k: v for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
@@ -122,7 +122,7 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
 
 
 def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3) -> subprocess.CompletedProcess:
-    from fedml_fes_plugins.launcher import find_mpirun
+    from fedml_fes_plugins.runtimes.launcher import find_mpirun
     cmd = [find_mpirun(), "-np", str(np)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -140,7 +140,7 @@ def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_mode
     """A FedML user's FedMLRunner script (mpi/fedml_fes_main.py) with the FeS trainer and
     aggregator under mpirun -np 3: FedML's cross-silo runtime over MPI calls the hooks; the
     final accuracy is the in-process runtime's (within 1 point; in fact the same rows)."""
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     extra = FES_KEYS if method != "fedcls" else {}
     raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in extra.items()})
     raw["train_args"].update({"method": method, "comm_round": 3})
@@ -157,8 +157,9 @@ def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_mode
 
 
 @pytest.mark.slow
-def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir, fault_args={"raise_in_round": 1})
+def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir, faults):
+    faults(raise_in_round=1)
+    raw = small_config(tmp_path, tiny_model_dir)
     cf = write_config(tmp_path / "c.yaml", raw)
     out = _fedml_main(cf, tmp_path / "fedml")
     assert out.returncode != 0
@@ -168,7 +169,7 @@ def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir):
 
 
 def test_s3_cache_lands_in_the_run_directory_and_home_is_untouched(tmp_path):
-    from fedml_fes_plugins.fedml_offline import contain_s3_cache
+    from fedml_fes_plugins.adapters.offline import contain_s3_cache
     from fedml.core.distributed.communication.s3 import remote_storage
     home_before = os.environ.get("HOME")
     contain_s3_cache(tmp_path / "fedml_home")
@@ -178,7 +179,7 @@ def test_s3_cache_lands_in_the_run_directory_and_home_is_untouched(tmp_path):
 
 
 def test_offline_init_restores_fedml_fetch_config(tmp_path):
-    from fedml_fes_plugins.fedml_offline import offline_fedml_init
+    from fedml_fes_plugins.adapters.offline import offline_fedml_init
     from fedml.core import mlops
     before = mlops.fetch_config
     args = config_from_dict({"train_args": {"comm_round": 1}}).flat_args()
@@ -195,7 +196,7 @@ def test_mpi_watchdog_waits_for_a_running_handler():
     import time
     from types import SimpleNamespace
 
-    from fedml_fes_plugins.managers import FesServerManager
+    from fedml_fes_plugins.runtimes.mpi_managers import FesServerManager
 
     failed = []
     m = object.__new__(FesServerManager)
@@ -228,7 +229,7 @@ def test_fedml_runner_script_bad_config_is_one_line_on_every_rank(tmp_path, tiny
 
 
 def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
-    from fedml_fes_plugins.cross_silo_services import free_port
+    from fedml_fes_plugins.cross_silo.services import free_port
     rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [f"{r},{r},127.0.0.1,{free_port()}" for r in range(silos + 1)]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
@@ -238,7 +239,7 @@ def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
 def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_dir):
     """The same FedMLRunner script as three processes speaking FedML's gRPC backend on
     127.0.0.1 (one per ipconfig rank): the same metrics rows as the in-process runtime."""
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
                        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
                        **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
@@ -264,7 +265,7 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
 
 def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():
     from fedml.core.distributed.communication.grpc import grpc_comm_manager
-    from fedml_fes_plugins.cross_silo_transport import StartupTolerantGrpcCommManager, use_startup_tolerant_grpc
+    from fedml_fes_plugins.cross_silo.transport import StartupTolerantGrpcCommManager, use_startup_tolerant_grpc
     before = grpc_comm_manager.GRPCCommManager
     try:
         use_startup_tolerant_grpc()

@@ -193,7 +193,7 @@ def test_activation_cache_is_bit_identical_and_no_backward_below(tok):
 # ---- FeS end to end, in-process -------------------------------------------------------------
 
 def _run(tmp_path, tiny_model_dir, method, **sections):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     sections = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
                 "tuning_args": {"full_layers": 0, "bias_layers": 1},
                 "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
@@ -286,7 +286,7 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir):
                        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
                        pacing_args={"mode": "static"}, filter_args={"method": "random"})
     cf = write_config(tmp_path / "c.yaml", raw)
-    out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli", "plan", "--cf", str(cf), "--rounds", "1",
+    out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli.main", "plan", "--cf", str(cf), "--rounds", "1",
                           "--out", str(tmp_path / "plan")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "chosen plan: tuning_args:" in out.stdout
@@ -425,3 +425,12 @@ def test_class_bias_switch_decides_whether_it_trains_and_travels(tmp_path, tiny_
     job = build_job(cfg, "both", tmp_path / "run")
     assert job.model.class_bias.requires_grad is train_it
     assert ("class_bias" in trainable_state(job.model)) is train_it
+
+
+def test_class_report_shows_a_one_class_model():
+    import numpy as np
+    from fedml_fes.runtime.methods import class_report
+    r = class_report(np.array([1, 1, 1, 1]), np.array([0, 1, 1, 2]), 4)
+    assert r["confusion"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
+    assert r["per_class_acc"][:3] == [0.0, 1.0, 0.0] and r["per_class_acc"][3] != r["per_class_acc"][3]
+    assert r["majority_rate"] == 0.5

@@ -8,7 +8,7 @@ import yaml
 
 from fedml_fes.config import config_from_dict, load_config
 from fedml_fes.errors import FesError
-from fedml_fes_plugins import fidelity as fid
+from fedml_fes_plugins.bench import fidelity as fid
 
 from .conftest import small_config
 
@@ -126,7 +126,7 @@ def test_shared_config_check_compares_a_section_among_the_methods_that_read_it()
 
 def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_path):
     from fedml_fes.prompt.pvp import get_pvp
-    from fedml_fes_plugins.bench_config import run_config
+    from fedml_fes_plugins.bench.config import run_config
     cfg = load_config(REPO / "run_configs" / "fidelity.yaml")
     assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
     assert cfg.train.frequency_of_the_test == cfg.train.comm_round
@@ -155,7 +155,7 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
 
 
 def test_bad_fidelity_options_are_one_line_errors(tmp_path, capsys):
-    from fedml_fes_plugins.cli import main
+    from fedml_fes_plugins.cli.main import main
     out = str(tmp_path / "f")
     assert main(["bench", "--suite", "fidelity", "--out", out]) == 1
     assert "dataset agnews needs --agnews-dir" in capsys.readouterr().err
@@ -259,7 +259,7 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
     out, res = tmp_path / "fid", tmp_path / "results"
     argv = ["--cf", str(cf), "--datasets", "bbc_news", "--seeds", "0", "--methods", "fedcls", "fes",
             "--out", str(out), "--results", str(res), "--set", "data_args.client_num_in_total=8"]
-    from fedml_fes_plugins.cli import main
+    from fedml_fes_plugins.cli.main import main
     assert main(["bench", "--suite", "fidelity", *argv, "--jobs", "2"]) == 0
     text = capsys.readouterr().out
     assert "2 runs, 0 already complete, 2 to do" in text and "(2 at a time)" in text

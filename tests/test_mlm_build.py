@@ -188,7 +188,7 @@ def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path,
         return real(model, tokenizer, texts, **kw)
 
     monkeypatch.setattr(methods, "train_mlm", spy)
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed"
     train, test = load_splits(cfg)
@@ -203,7 +203,7 @@ def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path,
 # -- progress and cache --------------------------------------------------------------------
 
 def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir, monkeypatch):
-    import fedml_fes_plugins.inprocess as inprocess
+    import fedml_fes_plugins.runtimes.inprocess as inprocess
     from fedml_fes.runtime import methods
 
     events: list[str] = []
@@ -228,7 +228,7 @@ def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir
 
 
 def test_progress_bar_counts_steps_from_the_start(tmp_path, mlm_model_dir, capsys):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir))
     lines: list[str] = []
     run_in_process(cfg, make_run_dir(cfg), progress=True, echo=lines.append)
@@ -239,7 +239,7 @@ def test_progress_bar_counts_steps_from_the_start(tmp_path, mlm_model_dir, capsy
 
 
 def test_second_build_is_reused_without_loading_the_model(tmp_path, mlm_model_dir, monkeypatch):
-    import fedml_fes_plugins.inprocess as inprocess
+    import fedml_fes_plugins.runtimes.inprocess as inprocess
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir))
     first = inprocess.run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
     assert first["status"] == "completed"

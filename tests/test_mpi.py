@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def _mpirun(cf, run_dir, np=3, overrides=()):
-    from fedml_fes_plugins.launcher import run_mpirun
+    from fedml_fes_plugins.runtimes.launcher import run_mpirun
     cfg = load_config(cf)
     lines = []
     run_mpirun(cfg, str(cf), np, run_dir, None, list(overrides), echo=lines.append, timeout_s=600)
@@ -22,7 +22,7 @@ def _mpirun(cf, run_dir, np=3, overrides=()):
 
 
 def test_mpirun_matches_in_process_bit_for_bit(tmp_path, tiny_model_dir, clean_home):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
     cfg = load_config(cf)
     mpi_summary, lines = _mpirun(cf, make_run_dir(cfg, str(tmp_path / "mpi")))
@@ -34,8 +34,9 @@ def test_mpirun_matches_in_process_bit_for_bit(tmp_path, tiny_model_dir, clean_h
     assert list(clean_home.iterdir()) == []
 
 
-def test_client_raising_in_round_2_ends_the_run_quickly(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 5}, fault_args={"raise_in_round": 2})
+def test_client_raising_in_round_2_ends_the_run_quickly(tmp_path, tiny_model_dir, faults):
+    faults(raise_in_round=2)
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 5})
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = make_run_dir(load_config(cf), str(tmp_path / "mpi"))
     start = time.monotonic()
@@ -74,7 +75,7 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
 
 def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
     """Labeling + training phases under mpirun equal the in-process run, pseudo labels too."""
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
                        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
                        pseudo_args={"label_clients": 3, "per_pass": 10})

@@ -7,7 +7,7 @@ from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
-from fedml_fes.prompt.pvp import REGISTRY, split_pattern, verbalizer_token_ids
+from fedml_fes.prompt.pvp import REGISTRY, get_pvp, match_classes, split_pattern, verbalizer_token_ids
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def test_every_builtin_pattern_has_one_mask_and_text_a(tok):
 
 
 def test_literature_counts():
-    assert len(REGISTRY["agnews"].patterns) == 6 and len(REGISTRY["yahoo"].patterns) == 6
-    assert len(REGISTRY["yelp_full"].patterns) == 4 and len(REGISTRY["mnli"].patterns) == 4
+    assert len(REGISTRY["agnews"].patterns) == 6 and len(REGISTRY["yahoo_answers"].patterns) == 6
+    assert len(REGISTRY["yelp_review_full"].patterns) == 4 and len(REGISTRY["mnli"].patterns) == 4
     assert REGISTRY["mnli"].verbalizer(2)["entailment"] == "Yes"
     assert REGISTRY["mnli"].verbalizer(0)["entailment"] == "Right"
 
@@ -87,3 +87,30 @@ def test_verbalizer_logits_equal_full_head(tok):
     full = mlm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     ref = full[torch.arange(2), batch["mask_pos"]][:, verb]
     assert torch.allclose(fast, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("typed, classes", [
+    ("agnews", "AGNEWS_CLASSES"), ("ag_news", "AGNEWS_CLASSES"),
+    ("yelp_review_full", "YELP_FULL_CLASSES"), ("yelp_full", "YELP_FULL_CLASSES"),
+    ("yahoo_answers", "YAHOO_CLASSES"), ("yahoo", "YAHOO_CLASSES"), ("mnli", "NLI"), ("snli", "NLI"),
+])
+def test_builtin_pvps_cover_their_readers_classes_under_the_names_users_type(tok, typed, classes):
+    from fedml_fes.data import readers
+    from fedml_fes.data.nli import NLI_CLASSES
+    names = NLI_CLASSES if classes == "NLI" else getattr(readers, classes)
+    pvp = get_pvp(typed)
+    for i in range(len(pvp.patterns)):
+        assert len(set(verbalizer_token_ids(tok, pvp.verbalizer(i), names))) == len(names)
+
+
+def test_numbered_classes_take_the_verbalizer_in_official_order(tok):
+    words = get_pvp("agnews").verbalizer(1)
+    # FedNLP h5 files and CSVs without classes.txt number the classes
+    assert match_classes(words, ("1", "2", "3", "4")) == {"1": "World", "2": "Sports", "3": "Business", "4": "Tech"}
+    assert match_classes(words, ("0", "1", "2", "3"))["3"] == "Tech"
+    stars = get_pvp("yelp_review_full").verbalizer(0)
+    assert match_classes(stars, tuple("12345"))["5"] == "great"
+    with pytest.raises(FesError, match="does not cover classes"):
+        match_classes(words, ("1", "2", "3"))  # 3 numbered classes, 4 words: no guess
+    with pytest.raises(FesError, match=r"does not cover classes \['Health'\]"):
+        match_classes(words, ("World", "Sports", "Business", "Health"))

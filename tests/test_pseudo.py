@@ -36,7 +36,7 @@ def test_store_roundtrip(tmp_path):
 
 
 def _run(tmp_path, tiny_model_dir, method, pseudo_args=None):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": method, "comm_round": 2},
                        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
                        pseudo_args=pseudo_args or {"label_clients": 3, "per_pass": 10})

@@ -16,7 +16,7 @@ from .conftest import small_config
 
 
 def _run(cfg):
-    from fedml_fes_plugins.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
 
@@ -29,7 +29,16 @@ def test_fedcls_in_process_writes_metrics_and_home_stays_clean(tmp_path, tiny_mo
     assert [int(r["round"]) for r in rows] == [0, 1, 2]
     assert all(0.0 <= float(r["test_acc"]) <= 1.0 for r in rows)
     assert int(rows[0]["bytes_up"]) > 0
-    assert json.loads((run_dir / "summary.json").read_text())["per_round"] == summary["per_round"]
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["per_round"] == summary["per_round"]
+    # the last test evaluation, class by class: a one-class model shows in the run's files
+    test = saved["test"]
+    n = len(test["classes"])
+    assert len(test["confusion"]) == n and all(len(row) == n for row in test["confusion"])
+    total = sum(map(sum, test["confusion"]))
+    assert sum(test["confusion"][c][c] for c in range(n)) / total == pytest.approx(float(rows[-1]["test_acc"]))
+    assert test["majority_rate"] == max(map(sum, test["confusion"])) / total
+    assert "confusion" not in rows[-1] and "per_class_acc" not in rows[-1]
     assert list(clean_home.iterdir()) == []  # fedml.init wrote nothing outside the run dir
     assert (run_dir / "fedml_home").is_dir()
 
@@ -40,8 +49,9 @@ def test_same_seed_same_accuracies(tmp_path, tiny_model_dir):
     assert a["per_round"] == b["per_round"]
 
 
-def test_failed_round_keeps_finished_rows(tmp_path, tiny_model_dir):
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, fault_args={"raise_in_round": 1}))
+def test_failed_round_keeps_finished_rows(tmp_path, tiny_model_dir, faults):
+    faults(raise_in_round=1)
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
     with pytest.raises(FesError, match="injected fault in round 1"):
         _run(cfg)
     run_dir = next((tmp_path / "runs").iterdir())

@@ -48,14 +48,15 @@ _NLI_WORDS = ({"contradiction": "Wrong", "entailment": "Right", "neutral": "Mayb
 
 REGISTRY: dict[str, PVP] = {
     "agnews": PVP(_NEWS6, ({"World": "World", "Sports": "Sports", "Business": "Business", "Sci/Tech": "Tech"},)),
-    "yahoo": PVP(tuple(p.replace("News:", "Question:") for p in _NEWS6), ({
+    "yahoo_answers": PVP(tuple(p.replace("News:", "Question:") for p in _NEWS6), ({
         "Society & Culture": "Society", "Science & Mathematics": "Science", "Health": "Health",
         "Education & Reference": "Education", "Computers & Internet": "Computer", "Sports": "Sports",
         "Business & Finance": "Business", "Entertainment & Music": "Entertainment",
         "Family & Relationships": "Relationship", "Politics & Government": "Politics"},)),
-    "yelp_full": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.",
-                      "Just {mask}! {text_a}", "{text_a} In summary, the restaurant is {mask}."),
-                     ({"1": "terrible", "2": "bad", "3": "okay", "4": "good", "5": "great"},)),
+    "yelp_review_full": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.",
+                             "Just {mask}! {text_a}", "{text_a} In summary, the restaurant is {mask}."),
+                            ({"1 star": "terrible", "2 stars": "bad", "3 stars": "okay", "4 stars": "good",
+                              "5 stars": "great"},)),
     "mnli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
     "snli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
     "bbc_news": PVP(_NEWS6, ({"business": "Business", "entertainment": "Entertainment", "politics": "Politics",
@@ -67,9 +68,14 @@ REGISTRY: dict[str, PVP] = {
 }
 
 
+# the names users type for the same datasets (HF hub ids, PET's task names)
+ALIASES = {"ag_news": "agnews", "yahoo": "yahoo_answers", "yelp_full": "yelp_review_full",
+           "yelp-full": "yelp_review_full", "bbc": "bbc_news", "trec6": "trec"}
+
+
 def get_pvp(name: str) -> PVP:
     try:
-        return REGISTRY[name]
+        return REGISTRY[ALIASES.get(name, name)]
     except KeyError:
         raise FesError(f"no built-in pattern-verbalizer pair for '{name}' (known: {', '.join(REGISTRY)}); "
                        f"define prompt_args.pattern and prompt_args.verbalizer") from None
@@ -93,12 +99,25 @@ def split_pattern(pattern: str) -> list[tuple[str, str]]:
     return parts
 
 
+def match_classes(verbalizer: dict[str, str], classes: tuple[str, ...]) -> dict[str, str]:
+    """The verbalizer keyed by these class names. Data that numbers its classes instead of naming
+    them (FedNLP h5 files, a CSV without classes.txt: "1".."N" or "0".."N-1") takes the
+    verbalizer's words in their order, the official class order."""
+    missing = [c for c in classes if c not in verbalizer]
+    if not missing:
+        return verbalizer
+    n = len(classes)
+    numbered = [str(i) for i in range(1, n + 1)], [str(i) for i in range(n)]
+    if len(verbalizer) == n and sorted(classes, key=lambda c: (len(c), c)) in numbered:
+        words = list(verbalizer.values())
+        return {c: words[int(c) - (1 if "0" not in classes else 0)] for c in classes}
+    raise FesError(f"verbalizer does not cover classes {missing} (it maps {sorted(verbalizer)})")
+
+
 def verbalizer_token_ids(tokenizer: PreTrainedTokenizerBase, verbalizer: dict[str, str],
                          classes: tuple[str, ...]) -> list[int]:
     """One vocabulary id per class (first sub-token of its word, with a leading space)."""
-    missing = [c for c in classes if c not in verbalizer]
-    if missing:
-        raise FesError(f"verbalizer does not cover classes {missing} (it maps {sorted(verbalizer)})")
+    verbalizer = match_classes(verbalizer, classes)
     ids: list[int] = []
     for c in classes:
         word = verbalizer[c]

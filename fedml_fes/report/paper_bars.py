@@ -4,7 +4,7 @@ judges against (`fedml-fes bench`'s report and `benchmarks/fes_evidence.py`).
 Each is the paper's best case: FeS reaches FedFSL's accuracy 8.2-46x faster (46x), 14.6x
 faster than FedFSL-BIAS, with up to 3000x less traffic and 4.5x less memory; filtering skips
 up to 95% of the pool. (The fidelity benchmark's 1/1000 upload ratio is issue 17's
-done-criterion, not a paper figure: `fedml_fes_plugins.fidelity.TRAFFIC_RATIO`.)
+done-criterion, not a paper figure: `fedml_fes_plugins.bench.fidelity.TRAFFIC_RATIO`.)
 """
 from __future__ import annotations
 

@@ -18,10 +18,6 @@ from .job import Job
 from .tasks import ClientTask, ClientUpdate
 
 
-class InjectedFault(RuntimeError):
-    """Raised on purpose by `fault_args` to test failure handling."""
-
-
 class LocalTrainer:
     """Plays any client: which one is decided by the task, never by the process."""
 
@@ -35,9 +31,7 @@ class LocalTrainer:
         load_trainable(self.job.model, params)
 
     def run(self, task: ClientTask, client: ClientData) -> ClientUpdate:
-        job, fault = self.job, self.job.cfg.fault
-        if task.round_idx == fault.raise_in_round and fault.raise_on_client in (-1, task.client_id):
-            raise InjectedFault(f"injected fault in round {task.round_idx} on client {task.client_id}")
+        job = self.job
         if client.client_id != task.client_id:
             raise ValueError(f"task for client {task.client_id} got data of client {client.client_id}")
         # what the task computes and holds, for the cost emulation (reads shapes, changes nothing)

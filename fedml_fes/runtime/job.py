@@ -58,6 +58,15 @@ def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
                ClientStore(Path(run_dir) / "clients"))
 
 
+def check_before_run(cfg: FesConfig) -> None:
+    """What can fail without loading a model (the model path, the MLM build's config), checked
+    before a run directory is created so bad input leaves nothing behind."""
+    from ..models import resolve_model_path
+    from ..pretrain.source import mlm_build_config
+    resolve_model_path(cfg.model.model)
+    mlm_build_config(cfg)
+
+
 def default_run_name(cfg: FesConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{cfg.train.method}-{cfg.data.dataset}-s{cfg.common.random_seed}-{stamp}-{int(time.time() * 1e3) % 1000:03d}"

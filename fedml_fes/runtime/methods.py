@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from ..config import FesConfig
 from ..data.federated import ClientData, FederatedData
 from ..data.readers import LabeledTexts
 from ..errors import FesError
-from ..models import build_classifier, build_masked_lm
+from ..models import build_classifier, build_masked_lm, skeleton
 from ..pretrain.cache import load_cached_info, save_mlm
 from ..pretrain.mlm import (build_steps, check_mlm_settings, frequent_vocab, init_vocab_bias, log_prior,
                             lr_factor, masked_token_accuracy, sentence_chunks, set_dropout, token_histogram,
@@ -43,7 +43,8 @@ class Method(Protocol):
     uses_pseudo: bool
     train_kind: str
 
-    def build_model(self, cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase) -> nn.Module: ...
+    def build_model(self, cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
+                    weights: bool = True) -> nn.Module: ...
 
     def eligible_clients(self, data: FederatedData) -> list[int]: ...
 
@@ -60,6 +61,18 @@ class Method(Protocol):
     def cached_result(self, cfg: FesConfig) -> dict | None: ...
 
     def save_result(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig, summary: dict) -> dict: ...
+
+
+def class_report(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, Any]:
+    """What the accuracy alone hides (a model that predicts one class): per-class accuracy, the
+    confusion matrix (rows: true class, columns: predicted) and the majority-class rate."""
+    labels = np.asarray(labels)
+    confusion = np.zeros((num_classes, num_classes), dtype=int)
+    np.add.at(confusion, (labels, np.asarray(pred)), 1)
+    support = confusion.sum(1)
+    per_class = [float(confusion[c, c] / support[c]) if support[c] else float("nan") for c in range(num_classes)]
+    return {"per_class_acc": per_class, "confusion": confusion.tolist(),
+            "majority_rate": float(support.max() / max(1, support.sum()))}
 
 
 def _texts_b(obj) -> tuple | None:
@@ -110,28 +123,34 @@ class FewShot:
     def pacing_mode(self, cfg: FesConfig) -> str:
         return cfg.pacing.mode if self.pacing == "config" else self.pacing
 
-    def build_model(self, cfg, classes, tokenizer):
+    def build_model(self, cfg, classes, tokenizer, weights: bool = True):
+        """The model with its trainable set chosen; weights=False: the same on the meta device
+        (shapes only, nothing read: a dry run's checks and payload size)."""
         max_len = cfg.model.max_seq_length
+        mode = self.tuning or cfg.model.tuning
         if self.prompt:
             pattern, verbalizer = pvp_for(cfg)
             ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
             self.adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, max_len))
-            model: nn.Module = PromptMLM(build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed), ids)
+            mlm = (build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed) if weights
+                   else skeleton(cfg.model.model, masked_lm=True))
+            model: nn.Module = PromptMLM(mlm, ids)
         else:
             self.adapter = HeadAdapter(tokenizer, max_len)
-            model = build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
+            model = (build_classifier(cfg.model.model, len(classes), cfg.common.random_seed) if weights
+                     else skeleton(cfg.model.model, masked_lm=False, num_labels=len(classes)))
         self.num_classes = len(classes)
-        mode = self.tuning or cfg.model.tuning
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         apply_tuning(model, mode, plan)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
             model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
-            if plan is not None and plan.frozen_bottom:
+            if weights and plan is not None and plan.frozen_bottom:
                 model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
         self.plan = plan
         self.bias_only = mode == "bias" or (plan is not None and plan.full_layers == 0)
-        self._embedder = ProxyEmbedder(cfg.filter.proxy_model, max_len=max_len)
+        if weights:
+            self._embedder = ProxyEmbedder(cfg.filter.proxy_model, max_len=max_len)
         return model
 
     def eligible_clients(self, data):
@@ -198,10 +217,8 @@ class FewShot:
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
                               device=device)
-        pred = probs.argmax(1)
-        per_class = [float((pred[test.labels == c] == c).mean()) if (test.labels == c).any() else float("nan")
-                     for c in range(self.num_classes)]
-        return {"test_acc": float((pred == test.labels).mean()), "per_class_acc": per_class}
+        return {"test_acc": float((probs.argmax(1) == test.labels).mean()),
+                **class_report(probs.argmax(1), test.labels, self.num_classes)}
 
     def cached_result(self, cfg):
         return None
@@ -237,8 +254,10 @@ class FedBertMlm:
     def steps_per_task(self, cfg) -> int:
         return cfg.mlm.local_steps
 
-    def build_model(self, cfg, classes, tokenizer):
+    def build_model(self, cfg, classes, tokenizer, weights: bool = True):
         check_mlm_settings(cfg)
+        if not weights:  # every weight trains and travels
+            return skeleton(cfg.model.model, masked_lm=True)
         model = build_masked_lm(cfg.model.model, cfg.common.random_seed)
         if cfg.mlm.dropout >= 0:
             set_dropout(model, cfg.mlm.dropout)

@@ -123,7 +123,8 @@ class RoundServer:
         self._label_row: dict[str, Any] = {}
         self._client_dists = self._client_class_distributions()
         self.initial = self.aggregator.test(job.data.test, job.device, self.cfg.flat_args())
-        self.last_scores = self.initial
+        self.last_test = _class_details(self.initial)  # per-class accuracy, confusion, majority rate
+        self.last_scores = {k: v for k, v in self.initial.items() if k not in CLASS_DETAILS}
         self._setup_pacing()
 
     def _setup_pacing(self) -> None:
@@ -337,7 +338,8 @@ class RoundServer:
         tested = is_last or (round_idx + 1) % self.cfg.train.frequency_of_the_test == 0
         if tested:
             scores = dict(self.aggregator.test(self.job.data.test, self.job.device, self.cfg.flat_args()))
-            self.last_scores = scores
+            self.last_test = _class_details(scores)
+            self.last_scores = {k: v for k, v in scores.items() if k not in CLASS_DETAILS}
         if self.val_set is not None:
             if self.pacer is not None or tested or self.cfg.pseudo.skip_if_worse_than_zero_shot:  # every round
                 self.last_val = self._validate()
@@ -346,7 +348,9 @@ class RoundServer:
         if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
             for event in self.pacer.observe(round_idx, self.last_val):
                 self.recorder.log_event(f"round {round_idx}: {event}")
-        per_class = scores.pop("per_class_acc", None)
+        per_class = scores.get("per_class_acc")
+        for key in CLASS_DETAILS:  # lists: summary.json, not a metrics.csv column
+            scores.pop(key, None)
         if per_class is not None and self._client_dists is not None:
             scores["client_mean_acc"] = float(np.mean(self._client_dists @ np.nan_to_num(np.asarray(per_class))))
         row: dict[str, Any] = {
@@ -368,3 +372,10 @@ class RoundServer:
         row.update({k: v for k, v in scores.items() if k not in row})
         self.recorder.append(row)
         return row
+
+
+CLASS_DETAILS = ("per_class_acc", "confusion", "majority_rate")
+
+
+def _class_details(scores: dict[str, Any]) -> dict[str, Any]:
+    return {k: scores[k] for k in CLASS_DETAILS if k in scores}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..report.metrics import RunRecorder
 from .job import Job
-from .server import AggregatorLike, RoundServer
+from .server import CLASS_DETAILS, AggregatorLike, RoundServer
 
 
 class ServerSession:
@@ -25,15 +25,21 @@ class ServerSession:
         extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
                                             {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
         return self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
-                                    initial=self._initial(), **extra)
+                                    initial=self._initial(), test=self._test(), **extra)
 
     def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
         return self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
-                                    initial=self._initial())
+                                    initial=self._initial(), test=self._test())
 
     def _initial(self) -> dict[str, Any]:
         """Scores of the model before any round (zero-shot accuracy for prompt methods)."""
-        return {k: v for k, v in self.server.initial.items() if k != "per_class_acc"}
+        return {k: v for k, v in self.server.initial.items() if k not in CLASS_DETAILS}
+
+    def _test(self) -> dict[str, Any]:
+        """The last test evaluation's per-class accuracy, confusion matrix (rows: true class) and
+        majority-class rate, with the class names: one-class predictions show here."""
+        details = self.server.last_test
+        return {"classes": list(self.job.data.classes), **details} if details else {}
 
     def _final(self):
         key = self.job.method.primary_metric

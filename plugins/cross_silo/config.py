@@ -7,9 +7,8 @@ lives in the run config's `comm_args`, checked here before any process touches t
 so that a wrong rank or a missing broker setting is one clear line instead of a hang or,
 worse, FedML silently fetching the FedML cloud's broker.
 
-The keys below are read from `comm_args` / `fault_args` once `fedml_fes/config.py` declares
-them; until then this loader takes them out of the YAML itself (and coerces them the same
-way), so the config files are already in their final shape.
+The keys below are `comm_args` of the one typed run config (`fedml_fes/config.py`, read by
+`load_config`); this module only checks what FedML's transports need of them.
 """
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from fedml_fes.config import FesConfig, config_from_dict
+from fedml_fes.config import FesConfig, load_config
 from fedml_fes.errors import FesError
 
 TRANSPORTS = ("GRPC", "MQTT_S3")
@@ -67,9 +65,6 @@ class CrossSiloSettings:
     # under FedML MLOps the edge ids the platform assigns (a silo knows only its own).
     silo_ids: dict[int, int] = field(default_factory=dict)
     server_id: int = 0  # the server's id in MQTT topics (FedML MLOps: its edge id)
-    stall_in_round: int = -1
-    stall_on_rank: int = -1
-    stall_s: float = 3600.0
 
     @property
     def ranks(self) -> list[int]:
@@ -117,43 +112,14 @@ def job_fingerprint(cfg: FesConfig) -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def read_raw(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, dict]:
-    """The YAML's sections as plain dicts, with `section.key` overrides applied."""
-    p = Path(path)
-    if not p.is_file():
-        raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" line {mark.line + 1}" if mark else ""
-        raise FesError(f"{p}:{at} is not valid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(raw, dict):
-        raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
-    raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
-    for dotted, value in (overrides or {}).items():
-        if "." not in dotted:
-            raise FesError(f"override '{dotted}' must look like section.key=value")
-        sec, key = dotted.split(".", 1)
-        section = raw.setdefault(sec, {})
-        if isinstance(section, dict):
-            section[key] = value
-    return raw
-
-
 def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
                     silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> tuple[FesConfig, CrossSiloSettings]:
     """Parse a cross-silo run config: the FeS config plus its checked transport settings.
 
     `silo_ids` (rank -> id) and `server_id` are the wire ids FedML MLOps assigns; by default
     the ranks themselves."""
-    cfg = config_from_dict(read_raw(path, overrides), source=str(path))
+    cfg = load_config(path, overrides)
     return cfg, settings_from(cfg, silo_ids, server_id)
-
-
-def load_job_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
-    """Only the FeS job of a cross-silo config (e.g. to run it in-process for comparison)."""
-    return config_from_dict(read_raw(path, overrides), source=str(path))
 
 
 def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
@@ -161,9 +127,6 @@ def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
 
     def comm(key: str) -> Any:
         return getattr(cfg.comm_args, key)
-
-    def fault(key: str) -> Any:
-        return getattr(cfg.fault_args, key)
 
     if cfg.common.training_type != "cross_silo":
         raise FesError(f"{cfg.source}: cross-silo processes need common_args.training_type: cross_silo, "
@@ -180,8 +143,7 @@ def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
         run_id=str(comm("run_id")) or f"fes{fingerprint}",
         round_timeout_s=float(comm("round_timeout_s")), join_timeout_s=float(comm("join_timeout_s")),
         connect_timeout_s=float(comm("connect_timeout_s")), idle_timeout_s=float(cfg.comm.worker_timeout_s),
-        fingerprint=fingerprint, stall_in_round=int(fault("stall_in_round")),
-        stall_on_rank=int(fault("stall_on_rank")), stall_s=float(fault("stall_s")))
+        fingerprint=fingerprint)
     if s.silo_num < 0:
         raise FesError(f"comm_args.silo_num must be >= 1, got {s.silo_num}")
     if backend == "GRPC":

@@ -24,13 +24,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from fedml_fes.config import METHODS, FesConfig, config_from_dict
+from fedml_fes.config import METHODS, FesConfig, apply_overrides, config_from_dict, read_sections
 from fedml_fes.errors import FesError
 
 PRESETS = ("smoke", "cpu", "paper")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FULL_LABEL = "full_label"
 DEFAULT_METHODS = ["fedcls", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf", "fes_no_dc"]
 
@@ -109,22 +108,11 @@ def load_bench(path: str | Path, overrides: Mapping[str, Any] | None = None,
     p = Path(path)
     if not p.is_file():
         raise FesError(f"bench config not found: {p}")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise FesError(f"{p}: not valid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(raw, dict):
-        raise FesError(f"{p}: expected a mapping of sections")
+    raw = read_sections(p, overrides)
     bench_raw = raw.pop("bench_args", None) or {}
     if not isinstance(bench_raw, Mapping):
         raise FesError(f"{p}: bench_args must be a mapping")
     args = _bench_args({**bench_raw, **(bench_overrides or {})}, str(p))
-    raw = {k: dict(v or {}) for k, v in raw.items()}
-    for dotted, value in (overrides or {}).items():
-        sec, _, key = str(dotted).partition(".")
-        if not key:
-            raise FesError(f"override '{dotted}' must look like section.key=value")
-        raw.setdefault(sec, {})[key] = value
     base = config_from_dict(copy.deepcopy(raw), source=str(p))
     plan = BenchPlan(str(p), args, raw, base)
     for m, s in plan.run_names():  # every run's config is valid before anything runs
@@ -137,9 +125,7 @@ def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:
     raw = copy.deepcopy(plan.raw)
     raw.setdefault("train_args", {})["method"] = "fedcls" if method == FULL_LABEL else method
     raw.setdefault("common_args", {})["random_seed"] = seed
-    for dotted, value in (plan.args.method_overrides.get(method) or {}).items():
-        sec, _, key = str(dotted).partition(".")
-        raw.setdefault(sec, {})[key] = value
+    apply_overrides(raw, plan.args.method_overrides.get(method) or {}, plan.source)
     if method == FULL_LABEL:  # every training example is a gold label, spread over all clients
         raw.setdefault("data_args", {}).update({"gold_labels": _train_size(plan), "gold_sparsity": 100.0,
                                                 "gold_clients": 0})

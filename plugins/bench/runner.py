@@ -30,7 +30,7 @@ from fedml_fes.report.bench_analysis import BenchData, label
 from fedml_fes.report.bench_report import ReportSpec, write_report
 from fedml_fes.report.runs import load_run
 
-from .bench_config import FULL_LABEL, BenchPlan, run_config
+from fedml_fes_plugins.bench.config import BenchPlan, run_config
 
 Echo = Callable[[str], None]
 
@@ -104,7 +104,7 @@ def calibrate_host(plan: BenchPlan, out: Path, echo: Echo) -> Path:
     from fedml_fes.cost.calibrate import fit, host_profile, time_batches
     from fedml_fes.runtime.job import build_job
 
-    from .inprocess import ensure_mlm_build
+    from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     path = out / "devices" / "host.yaml"
     if path.is_file():
@@ -209,7 +209,7 @@ def build_report(plan: BenchPlan, out: Path, devices: list[DeviceProfile] | None
 
 def run_bench(plan: BenchPlan, out: Path, progress: bool = True, echo: Echo = print,
               devices: list[str] | None = None, bandwidth: float | None = None) -> Path:
-    from .inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     from fedml_fes.runtime.job import make_run_dir
 
     out = Path(out)

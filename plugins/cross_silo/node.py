@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 from fedml_fes.errors import one_line
 
-from .cross_silo_config import CrossSiloSettings
-from .cross_silo_transport import flush_mqtt, make_grpc_manager
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.transport import flush_mqtt, make_grpc_manager
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.constants import CommunicationConstants

@@ -1,6 +1,6 @@
 """Entry point of every mpirun rank: rank 0 serves, ranks 1..N-1 play clients.
 
-    mpirun -np 3 python -m fedml_fes_plugins.mpi_main --cf run_configs/demo_bbc_fedcls.yaml
+    mpirun -np 3 python -m fedml_fes_plugins.runtimes.mpi_main --cf run_configs/demo_bbc_fedcls.yaml
 
 Any failure ends every rank: a worker's error is reported to the server, which records it
 and releases the others; anything unexpected calls MPI Abort after printing one line.
@@ -12,14 +12,14 @@ import logging
 import sys
 from pathlib import Path
 
-from fedml_fes.config import load_config
+from fedml_fes.config import load_config, parse_overrides
 from fedml_fes.errors import FesError
 
 TAG = "@fes "
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.mpi_main",
+    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.runtimes.mpi_main",
                                 description="One rank of a FeS run under mpirun (rank 0 = server).")
     p.add_argument("--cf", required=True, help="run config YAML")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
@@ -27,17 +27,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="override a config key (repeatable)")
     p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-def parse_overrides(items: list[str]) -> dict:
-    import yaml
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise FesError(f"--set '{item}' must look like section.key=value")
-        key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,17 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         from fedml_fes.runtime.job import build_job, make_run_dir
         if rank == 0:  # the other ranks wait at the broadcast below while it builds
-            from .inprocess import ensure_mlm_build
+            from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
             ensure_mlm_build(cfg, emit)
         run_dir = str(make_run_dir(cfg, opts.run_dir)) if rank == 0 else None
         run_dir = Path(comm.bcast(run_dir, root=0))
-        from .fedml_offline import offline_fedml_init
+        from fedml_fes_plugins.adapters.offline import offline_fedml_init
         args = cfg.flat_args()
         args.training_type, args.backend = "simulation", "MPI"
         args = offline_fedml_init(args, run_dir)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         job = build_job(cfg, role="server" if rank == 0 else "client", run_dir=run_dir)
-        from .managers import FesClientManager, FesServerManager
+        from fedml_fes_plugins.runtimes.mpi_managers import FesClientManager, FesServerManager
         if rank == 0:
             emit(f"run directory: {run_dir}")
             manager = FesServerManager(args, job, run_dir, comm, rank, size, "MPI", emit, fatal)

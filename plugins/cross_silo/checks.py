@@ -14,7 +14,7 @@ from typing import Any
 
 from fedml_fes.errors import FesError
 
-from .cross_silo_config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 
 MQTT_REFUSALS = {1: "unacceptable protocol version", 2: "client id rejected", 3: "broker unavailable",
                  4: "bad user name or password", 5: "not authorised"}

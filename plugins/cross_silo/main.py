@@ -1,7 +1,7 @@
 """Entry point of one cross-silo process, server or silo, started on its own machine.
 
-    python -m fedml_fes_plugins.cross_silo_main --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
-    python -m fedml_fes_plugins.cross_silo_main --role client --rank 1 --cf run_configs/cross_silo_grpc.yaml
+    python -m fedml_fes_plugins.cross_silo.main --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
+    python -m fedml_fes_plugins.cross_silo.main --role client --rank 1 --cf run_configs/cross_silo_grpc.yaml
     (same as `fedml-fes cross-silo --role ... --rank ... --cf ...`; FedML MLOps starts its
     packages with exactly these flags)
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.cross_silo_main",
+    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.cross_silo.main",
                                 description="One process of a FeS cross-silo run (FedML gRPC or MQTT_S3).")
     add_arguments(p)
     return p.parse_args(argv)
@@ -51,9 +51,9 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
                 server_id: int = 0) -> int:
     """Run one role; raises FesError for anything the user can fix. `silo_ids` / `server_id`:
     the wire ids FedML MLOps assigns (default: the ranks)."""
-    from .cross_silo_checks import preflight
-    from .cross_silo_config import load_cross_silo
-    from .mpi_main import parse_overrides
+    from fedml_fes_plugins.cross_silo.checks import preflight
+    from fedml_fes_plugins.cross_silo.config import load_cross_silo
+    from fedml_fes.config import parse_overrides
 
     cfg, settings = load_cross_silo(opts.cf, parse_overrides(opts.set), silo_ids, server_id)
     settings.check_rank(opts.role, opts.rank)
@@ -61,11 +61,11 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
 
-    from .cross_silo_transport import fedml_args
-    from .fedml_offline import contain_s3_cache, offline_fedml_init
+    from fedml_fes_plugins.cross_silo.transport import fedml_args
+    from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
     run_dir = make_run_dir(cfg, opts.run_dir or str(default_run_dir(cfg, opts.role, opts.rank)))
     if opts.role == "server":
-        from .inprocess import ensure_mlm_build
+        from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
         ensure_mlm_build(cfg, emit)
     args = offline_fedml_init(fedml_args(cfg, settings, opts.rank), run_dir)
     logging.getLogger().setLevel(cfg.tracking_args.log_level)
@@ -73,7 +73,7 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     # FedML's S3 client caches downloads under ~/.fedml: inside the run directory instead
     contain_s3_cache(run_dir / "fedml_home")
     if opts.role == "server":
-        from .cross_silo_server import SiloServer
+        from fedml_fes_plugins.cross_silo.server import SiloServer
         emit(f"run directory: {run_dir}")
         server = SiloServer(args, job, run_dir, settings, emit)
         server.serve()
@@ -81,7 +81,7 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
             raise FesError(server.error)
         emit(f"done: {job.method.primary_metric}={server.summary.get('final')} (summary.json in {run_dir})")
         return 0
-    from .cross_silo_client import SiloClient
+    from fedml_fes_plugins.cross_silo.client import SiloClient
     emit(f"silo {opts.rank}: run directory {run_dir}")
     SiloClient(args, job, settings, opts.rank, emit).play()
     return 0

@@ -16,9 +16,9 @@ from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import build_job
 from fedml_fes.runtime.phases import PhaseSequence
 
-from .aggregator import FesServerAggregator
-from .fedml_offline import offline_fedml_init
-from .trainer import FesClientTrainer
+from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.offline import offline_fedml_init
+from fedml_fes_plugins.adapters.trainer import FesClientTrainer
 
 
 def _shown(value: Any) -> str:

@@ -27,27 +27,12 @@ import torch
 
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.message import Message
 
-MSG_C2S_JOIN = "fes_c2s_join"
-MSG_S2C_WELCOME = "fes_s2c_welcome"
-MSG_S2C_TASKS = "fes_s2c_tasks"
-MSG_C2S_UPDATES = "fes_c2s_updates"
-MSG_S2C_FINISH = "fes_s2c_finish"
-
 PAYLOAD = Message.MSG_ARG_KEY_MODEL_PARAMS
-KEY_RANK = "fes_rank"
-KEY_FINGERPRINT = "fes_fingerprint"
-KEY_SESSION = "fes_session"  # one per silo process: tells a restart from a join retry
-KEY_STATE = "fes_state"  # {str(client_id): pseudo labels stored}
-KEY_ROUND = "fes_round"
-KEY_PHASE = "fes_phase"
-KEY_TASKS = "fes_tasks"
-KEY_ERROR = "fes_error"
-KEY_STATUS = "fes_status"
 
 UPDATE_FIELDS = ("round_idx", "client_id", "params", "weight", "metrics", "report")
 

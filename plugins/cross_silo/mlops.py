@@ -17,7 +17,7 @@ this module takes what the agent fills in:
     comm_args.mqtt_config_path / s3_config_path   the run's broker and bucket (FedML YAML)
 
 plus an optional `fes_overrides` mapping of `section.key: value` (tune a run from the
-MLOps UI without rebuilding). It then runs `cross_silo_main` over MQTT_S3.
+MLOps UI without rebuilding). It then runs `cross_silo.main` over MQTT_S3.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import yaml
 
 from fedml_fes.errors import FesError
 
-from .cross_silo_main import TAG
+from fedml_fes_plugins.cross_silo.main import TAG
 
 
 def _yaml(path: Path, what: str) -> dict[str, Any]:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         fes, silo_ids, server_id = effective_config(shell, opts.role, opts.rank)
         effective = shell.parent / f"fes_effective_{opts.role}{opts.rank}.yaml"
         effective.write_text(yaml.safe_dump(fes, sort_keys=False))
-        from .cross_silo_main import run_guarded
+        from fedml_fes_plugins.cross_silo.main import run_guarded
         run = argparse.Namespace(role=opts.role, rank=opts.rank, cf=str(effective), run_dir=opts.run_dir, set=[])
         return run_guarded(run, emit, silo_ids=silo_ids, server_id=server_id)
     except FesError as e:

@@ -16,7 +16,7 @@ or per-seed tuning.
     <out>/fidelity.json                      the shared config's path and the commands that ran
     <results>/fidelity.csv, fidelity.md      one row per run; the tables and the done-checks
 
-Resumable as `fedml-fes bench` is (plugins/bench.py's helpers): a finished run (summary.json
+Resumable as `fedml-fes bench` is (plugins/bench/runner.py's helpers): a finished run (summary.json
 `completed`, same config) is skipped, a run that failed or was interrupted is set aside in
 `.partial/` and run again. The MLM head is built once, before any run starts. With --jobs N,
 N runs go at once, each in its own process with one torch thread. The CSV and the report are
@@ -42,7 +42,7 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig, config_from_dict
 from fedml_fes.errors import FesError
 
-from .bench_config import BenchPlan, load_bench, run_config
+from fedml_fes_plugins.bench.config import BenchPlan, load_bench, run_config
 
 Echo = Callable[[str], None]
 
@@ -136,7 +136,7 @@ def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
 
 
 def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
-    from .mpi_main import parse_overrides
+    from fedml_fes.config import parse_overrides
     o = FidelityOptions(cf=opts.cf or DEFAULT_CF, out=opts.out or DEFAULT_OUT, results=opts.results or DEFAULT_RESULTS,
                         datasets=opts.datasets or list(DATASETS), methods=opts.methods or list(METHODS),
                         seeds=opts.seeds if opts.seeds is not None else list(SEEDS), agnews_dir=opts.agnews_dir or "",
@@ -164,7 +164,7 @@ def command_line(prog: str, opts: argparse.Namespace) -> str:
 
 def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -> int:
     """Both entry points end here: run (or only report), print the report, exit code."""
-    from .bench import BenchInterrupted
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
 
     echo = echo or (lambda line: print(line, flush=True))
     o = options_from(opts, prog)
@@ -184,7 +184,7 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
 
 # ---- plans and pending runs -----------------------------------------------------------------
 
-def _check_options(o: FidelityOptions) -> None:
+def check_options(o: FidelityOptions) -> None:
     unknown = [d for d in o.datasets if d not in DATASETS]
     if unknown:
         raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(DATASETS)})")
@@ -221,7 +221,7 @@ def plans(o: FidelityOptions) -> dict[str, BenchPlan]:
 
 def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
     """(runs to do, runs already complete); a finished run made with another config is an error."""
-    from .bench import _config_changes, _status, run_dir_of
+    from fedml_fes_plugins.bench.runner import _config_changes, _status, run_dir_of
 
     todo, done = [], 0
     for name, plan in plans(o).items():
@@ -243,7 +243,7 @@ def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
 
 def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
     """Run what is not finished yet (resumable), then write the CSV and the report."""
-    _check_options(o)
+    check_options(o)
     todo, done = pending_runs(o)
     out = Path(o.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -251,8 +251,8 @@ def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
     echo(f"fidelity benchmark: {len(todo) + done} runs, {done} already complete, {len(todo)} to do in {out} "
          f"({o.jobs} at a time)")
     if todo:
-        from .bench import BenchInterrupted
-        from .inprocess import ensure_mlm_build
+        from fedml_fes_plugins.bench.runner import BenchInterrupted
+        from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
         try:
             for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
                 ensure_mlm_build(p.cfg, echo)
@@ -275,7 +275,7 @@ def _result_line(p: Pending, status: dict) -> str:
 
 def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     """Run every pending run; returns the tags of those that did not complete."""
-    from .bench import BenchInterrupted, _set_aside
+    from fedml_fes_plugins.bench.runner import BenchInterrupted, _set_aside
 
     failed: list[str] = []
     if jobs == 1:
@@ -300,7 +300,7 @@ def run_job(cfg: FesConfig, run_dir: str, tag: str) -> dict[str, Any]:
     """One run, in this process; its test-set class counts go beside it (the majority-class rate)."""
     from fedml_fes.runtime.job import make_run_dir
 
-    from .inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     start = time.time()
     try:
@@ -339,7 +339,7 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     import multiprocessing as mp
     import queue as queue_mod
 
-    from .bench import BenchInterrupted, _set_aside
+    from fedml_fes_plugins.bench.runner import BenchInterrupted, _set_aside
 
     ctx = mp.get_context("spawn")  # no fork after torch has started threads
     results = ctx.Queue()
@@ -468,7 +468,7 @@ def emulated_hours(run_dir: Path, cfg: FesConfig) -> float:
 
 def run_row(run_dir: Path) -> dict[str, Any] | None:
     """The CSV row of a completed run folder (None for any other)."""
-    from .bench import _status
+    from fedml_fes_plugins.bench.runner import _status
 
     run_dir = Path(run_dir)
     if _status(run_dir) != "completed":

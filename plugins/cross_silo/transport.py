@@ -21,8 +21,8 @@ from typing import Any
 
 from fedml_fes.config import FesConfig
 
-from .cross_silo_config import CrossSiloSettings
-from .fedml_offline import import_fedml
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 import grpc

@@ -28,9 +28,9 @@ import yaml
 
 from fedml_fes.errors import FesError
 
-from .cross_silo_config import CrossSiloSettings, load_cross_silo, read_raw
-from .cross_silo_main import TAG
-from .cross_silo_services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
+from fedml_fes_plugins.cross_silo.main import TAG
+from fedml_fes_plugins.cross_silo.services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
 
 SILO_GRACE_S = 15.0
 
@@ -68,10 +68,10 @@ def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
 def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, local_services: bool,
              services: list[Service]) -> tuple[Path, Path, Any, CrossSiloSettings]:
     """Run dir, services, and the effective config every process reads, checked."""
-    from fedml_fes.config import CommConfig, config_from_dict
+    from fedml_fes.config import CommConfig, config_from_dict, read_sections
     from fedml_fes.runtime.job import make_run_dir
 
-    raw = read_raw(config_path, overrides)
+    raw = read_sections(config_path, overrides)
     probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     cfg = config_from_dict(probe, source=str(config_path))
     path = make_run_dir(cfg, run_dir)
@@ -102,17 +102,17 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
 def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
               echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
     """Run server + silos here; returns the server's summary, raises FesError with the error line."""
-    from .cli import _preflight
-    from .cross_silo_checks import check_port, preflight
-    from .inprocess import ensure_mlm_build
-    from .mpi_main import parse_overrides
+    from fedml_fes.runtime.job import check_before_run
+    from fedml_fes_plugins.cross_silo.checks import check_port, preflight
+    from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+    from fedml_fes.config import parse_overrides
 
     services: list[Service] = []
     children: dict[str, Child] = {}
     try:
         path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
                                                   local_services, services)
-        _preflight(cfg)
+        check_before_run(cfg)
         if settings.backend == "GRPC":
             for rank, peer in sorted(settings.grpc_peers.items()):
                 if rank <= settings.silo_num:
@@ -125,7 +125,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
             env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
         (path / "logs").mkdir(exist_ok=True)
         lines: queue.Queue = queue.Queue()
-        base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo_main", "--cf", str(effective),
+        base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(effective),
                 "--tagged-output"]
         children["server"] = Child("server", base + ["--role", "server", "--rank", "0", "--run-dir", str(path)],
                                    path / "logs" / "server.log", env, lines)

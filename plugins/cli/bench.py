@@ -7,8 +7,9 @@ from pathlib import Path
 
 from fedml_fes.errors import FesError
 
-from .bench_config import PRESETS, load_bench, preset_path
-from .mpi_main import parse_overrides
+from fedml_fes.config import parse_overrides
+
+from fedml_fes_plugins.bench.config import PRESETS, BenchPlan, load_bench, preset_path, run_config
 
 SUITES = ("bench", "fidelity")
 
@@ -32,12 +33,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", type=float, default=None, metavar="MBPS",
                    help="network bandwidth in MB/s for the report (default cost_args.bandwidth_MBps)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs; train nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check every run's config, data, partition and prompt and say what it would do; train "
+                        "nothing, write nothing")
     p.add_argument("--no-full-label", action="store_true", help="skip the full-label reference runs")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a run-config key for every run, e.g. --set train_args.comm_round=3")
-    from .fidelity import add_arguments as add_fidelity_arguments
+    from fedml_fes_plugins.bench.fidelity import add_arguments as add_fidelity_arguments
     add_fidelity_arguments(p, standalone=False)
+
+
+def dry_run(plans: dict[str, BenchPlan]) -> int:
+    """Every run of the plans checked as a real run checks it, and one line of what it would do."""
+    from fedml_fes.runtime.preview import preview_run
+    for name, plan in plans.items():
+        for method, seed in plan.run_names():
+            lines = preview_run(run_config(plan, method, seed))
+            what = next(line for line in lines if line.startswith("method: "))
+            size = next(line for line in lines if line.startswith("trainable: "))
+            print(f"{name} {method} s{seed}: {what[len('method: '):]}; {size[len('trainable: '):]}", flush=True)
+    print("dry run: every run checked; nothing trained or written", flush=True)
+    return 0
 
 
 def run_bench_command(opts: argparse.Namespace) -> int:
@@ -47,11 +64,13 @@ def run_bench_command(opts: argparse.Namespace) -> int:
                                       ("--results", opts.results)) if value is not None]
     if given or opts.jobs != 1:
         raise FesError(f"{(given or ['--jobs'])[0]} belongs to --suite fidelity")
-    from .bench import BenchInterrupted, build_report, devices_for, run_bench
+    from fedml_fes_plugins.bench.runner import BenchInterrupted, build_report, devices_for, run_bench
 
     source = Path(opts.cf) if opts.cf else preset_path(opts.preset or "smoke")
     choices = {"methods": opts.methods, "seeds": opts.seeds, "full_label": False if opts.no_full_label else None}
     plan = load_bench(source, parse_overrides(opts.set), {k: v for k, v in choices.items() if v is not None})
+    if opts.dry_run:
+        return dry_run({source.stem: plan})
     if opts.bandwidth is not None and not opts.bandwidth > 0:
         raise FesError(f"--bandwidth must be > 0 MB/s, got {opts.bandwidth:g}")
     name = opts.preset or (source.stem if opts.cf else "smoke")
@@ -71,13 +90,18 @@ def run_bench_command(opts: argparse.Namespace) -> int:
 
 
 def _run_fidelity(opts: argparse.Namespace) -> int:
-    from .fidelity import run_command
+    from fedml_fes_plugins.bench.fidelity import run_command
     wrong = [flag for flag, value in (("--preset", opts.preset), ("--device", opts.device),
                                       ("--bandwidth", opts.bandwidth)) if value is not None]
     wrong += ["--no-full-label"] if opts.no_full_label else []
     if wrong:
         raise FesError(f"{wrong[0]} is a --suite bench option (the fidelity suite reports TX2 hours at the "
                        f"config's cost_args bandwidth)")
+    if opts.dry_run:
+        from fedml_fes_plugins.bench.fidelity import check_options, options_from, plans
+        options = options_from(opts, "fedml-fes bench --suite fidelity")
+        check_options(options)
+        return dry_run(plans(options))
     return run_command(opts, "fedml-fes bench --suite fidelity")
 
 

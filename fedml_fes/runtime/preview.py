@@ -1,0 +1,59 @@
+"""What a run would do, checked without loading weights or creating a run directory.
+
+`fedml-fes run|mpirun|bench --dry-run` prints it; a real run performs the same checks before it
+creates its run directory (`check_before_run`), so bad data, a pattern without a mask or a
+verbalizer missing a class is one line in seconds, with nothing left behind. The model is
+built on the meta device (every shape, no weights), which is enough to count the bytes one
+client update sends.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import FesConfig
+from ..data.federated import build_federated_data
+from ..models import load_tokenizer
+from ..pretrain.cache import load_cached_info
+from ..pretrain.source import mlm_build_config
+from ..tuning.params import payload_bytes
+from .job import check_before_run
+from .methods import get_method, pvp_for
+
+
+def preview_run(cfg: FesConfig) -> list[str]:
+    """The checks a run would fail on, run now; lines that say what the run would do."""
+    check_before_run(cfg)
+    data, _ = build_federated_data(cfg)
+    method = get_method(cfg.train.method)
+    tokenizer = load_tokenizer(cfg.model.model)
+    model = method.build_model(cfg, data.classes, tokenizer, weights=False)  # checks the PVP too
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    pools = np.array([len(c.unlabeled.texts) for c in data.clients])
+    gold = {c.client_id: c.num_gold for c in data.clients if c.num_gold}
+    d, t = cfg.data, cfg.train
+    lines = [
+        f"dry run of {cfg.source}: checked, nothing loaded, no run directory created",
+        f"data: {d.dataset}, {int(pools.sum()) + sum(gold.values())} training texts, {len(data.test.texts)} test, "
+        f"{len(data.classes)} classes ({', '.join(data.classes)})",
+        f"partition: {data.num_clients} clients ({d.partition_method}, alpha {d.partition_alpha}); unlabeled pool "
+        f"per client min {pools.min()} / median {int(np.median(pools))} / max {pools.max()}",
+        f"gold labels: {sum(gold.values())} on {len(gold)} client(s): "
+        + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
+        f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {t.epochs} local epoch(s), "
+        f"batch {t.batch_size}, lr {cfg.for_round(t.comm_round, False, getattr(method, 'bias_only', False)).train.learning_rate:g}",
+    ]
+    mlm_cfg = mlm_build_config(cfg) if getattr(method, "prompt", False) else None
+    if mlm_cfg is not None:
+        cached = load_cached_info(mlm_cfg) is not None
+        lines.append(f"MLM head: from {cfg.model.mlm_from}, " + ("cached" if cached else "built first (a one-time "
+                                                                                        "federated MLM run), then cached"))
+    if method.prompt:
+        pattern, verbalizer = pvp_for(cfg)
+        lines.append(f"prompt: {pattern!r}, verbalizer " + ", ".join(f"{c} -> {verbalizer.get(c, '?')}"
+                                                                      for c in data.classes[:8])
+                     + (" ..." if len(data.classes) > 8 else ""))
+    plan = getattr(method, "plan", None)
+    lines.append(f"trainable: {sum(p.numel() for p in trainable.values()):,} parameters in {len(trainable)} tensors"
+                 + (f" ({plan.describe()})" if plan is not None else "")
+                 + f"; one client update: {payload_bytes(trainable):,} bytes each way")
+    return lines

@@ -1,0 +1,1 @@
+"""Benchmarks: method comparisons and the fidelity suite, resumable, with their reports."""

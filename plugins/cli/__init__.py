@@ -1,0 +1,1 @@
+"""The `fedml-fes` command line."""

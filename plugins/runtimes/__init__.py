@@ -1,0 +1,1 @@
+"""The project's own drivers of the FeS trainer and aggregator: in-process and mpirun."""

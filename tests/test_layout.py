@@ -1,0 +1,50 @@
+"""The tree shows the architecture: plugins' subpackages import downwards only, and no product
+file points at the developers' ../shared folder (a user does not have it)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGINS = REPO / "plugins"
+# lower layers first: a module may import its own layer or a lower one, never a higher one
+LAYERS = ["adapters", "runtimes", "cross_silo", "fedml_plugin", "bench", "cli"]
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _imports(path: Path) -> set[str]:
+    """fedml_fes_plugins modules a file imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedml_fes_plugins."):
+            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}: relative import; plugins use absolute imports")
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("fedml_fes_plugins.")}
+    return found
+
+
+def test_plugin_layers_import_downwards_only():
+    wrong = []
+    for path in PLUGINS.rglob("*.py"):
+        rel = path.relative_to(PLUGINS).with_suffix("")
+        if rel.name == "__init__" and len(rel.parts) == 1:
+            continue
+        own = rel.parts[0]
+        assert own in LAYERS, f"{path}: {own} is not a known layer ({LAYERS}); place it in one"
+        for target in _imports(path):
+            if LAYERS.index(_layer(target)) > LAYERS.index(own):
+                wrong.append(f"{rel} ({own}) imports {target}")
+    assert not wrong, wrong
+
+
+def test_no_product_file_reads_shared():
+    product = [p for d in ("fedml_fes", "plugins", "run_configs", "mpi") for p in (REPO / d).rglob("*")
+               if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".sh", ".cfg")]
+    assert product
+    hits = [str(p.relative_to(REPO)) for p in product if "../shared" in p.read_text() or "/shared/" in p.read_text()]
+    assert not hits, hits
