@@ -33,6 +33,7 @@ from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
 from fedml_fes_plugins.adapters.messages import (KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
                                                  MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
 from fedml_fes_plugins.adapters.trainer import FesClientTrainer
@@ -45,7 +46,17 @@ def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[
     return {workers[s]: ts for s, ts in assign_slots(tasks, len(workers)).items() if ts}
 
 
-class FesServerManager(FedMLCommManager):
+class _MpiManager(FedMLCommManager):
+    """FedML's comm manager with the blocking MPI receive loop (adapters/mpi_transport.py)."""
+
+    def _init_manager(self) -> None:
+        if self.backend == "MPI":
+            use_blocking_mpi(self)
+        else:
+            super()._init_manager()
+
+
+class FesServerManager(_MpiManager):
     def __init__(self, args: Any, job: Job, run_dir: Path, comm, rank: int, size: int, backend: str,
                  emit: Callable[[str], None], on_fatal: Callable[[str], None]):
         super().__init__(args, comm, rank, size, backend)
@@ -172,7 +183,7 @@ class FesServerManager(FedMLCommManager):
             return
 
 
-class FesClientManager(FedMLCommManager):
+class FesClientManager(_MpiManager):
     def __init__(self, args: Any, job: Job, comm, rank: int, size: int, backend: str):
         super().__init__(args, comm, rank, size, backend)
         self.job = job
