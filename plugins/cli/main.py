@@ -67,12 +67,24 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(mpi, dry_run=True)
 
-    silo = sub.add_parser("cross-silo", help="one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
-                          description="Start the server (--role server --rank 0) or one client process "
-                                      "(--role client --rank k) of a cross-silo run; each on its own machine. "
-                                      "See docs/DEPLOY.md.")
+    from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
+    from fedml_fes_plugins.cli.partition import add_arguments as add_partition_arguments
     from fedml_fes_plugins.cross_silo.main import add_arguments as add_silo_arguments
-    add_silo_arguments(silo)
+    # subcommands whose arguments their own module declares: (name, help, description, declare)
+    delegated = [
+        ("cross-silo", "one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
+         "Start the server (--role server --rank 0) or one client process (--role client --rank k) of a "
+         "cross-silo run; each on its own machine. See docs/DEPLOY.md.", add_silo_arguments),
+        ("bench", "FedCLS, FedFSL, FedFSL-BIAS, FeS and ablations side by side, with costs",
+         "Run every method of a benchmark preset on the same partition and seeds (resumable), then write the "
+         "cost report (markdown, CSV, PNG): accuracy, time to accuracy on emulated devices, traffic, energy, "
+         "peak memory. See docs/BENCHMARK.md.", add_bench_arguments),
+        ("partition", "show a config's partition: per-client counts, CSV, heat map",
+         "Build the config's client partition (no training): print per-client counts and write partition.csv "
+         "and partition.png.", add_partition_arguments),
+    ]
+    for name, summary, description, declare in delegated[:1]:
+        declare(sub.add_parser(name, help=summary, description=description))
 
     local = sub.add_parser("cross-silo-local", help="a whole cross-silo run on this machine (server + silos)",
                            description="Start the server and every client process of a cross-silo config here, "
@@ -93,19 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--out", default=None, help="where probe runs and plan.json go (default: <output_dir>/plan)")
     _add_common(plan)
 
-    bench = sub.add_parser("bench", help="FedCLS, FedFSL, FedFSL-BIAS, FeS and ablations side by side, with costs",
-                           description="Run every method of a benchmark preset on the same partition and seeds "
-                                       "(resumable), then write the cost report (markdown, CSV, PNG): accuracy, "
-                                       "time to accuracy on emulated devices, traffic, energy, peak memory. "
-                                       "See docs/BENCHMARK.md.")
-    from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
-    add_bench_arguments(bench)
-
-    part = sub.add_parser("partition", help="show a config's partition: per-client counts, CSV, heat map",
-                          description="Build the config's client partition (no training): print per-client "
-                                      "counts and write partition.csv and partition.png.")
-    from fedml_fes_plugins.cli.partition import add_arguments
-    add_arguments(part)
+    for name, summary, description, declare in delegated[1:]:
+        declare(sub.add_parser(name, help=summary, description=description))
     return p
 
 
