@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -77,12 +79,49 @@ def _run_dir(args: Any) -> Path:
 
 def _abort(args: Any, code: int = 1) -> NoReturn:
     """A raised error would leave the other processes waiting: under MPI end every rank;
-    over gRPC end this process (the silos then wait for a server that is gone: stop them)."""
+    over gRPC end this process (each silo's ServerWatch then ends that silo)."""
     sys.stdout.flush()
     comm = getattr(args, "comm", None)
     if comm is not None:
         comm.Abort(code)
     os._exit(code)
+
+
+class ServerWatch:
+    """FedML's gRPC silo waits for the server's next message forever, so a server that failed
+    and exited would leave every silo hanging. Once a silo has heard from the server, this
+    thread checks every second that the server's gRPC port still takes connections; after
+    `grace_s` of refusals it says so in one line and ends the silo. (A finished run tells the
+    silos first: FedML's FINISH message ends them well within the grace.)"""
+
+    def __init__(self, ip: str, port: int, rank: int, grace_s: float = 30.0, every_s: float = 1.0):
+        self.ip, self.port, self.rank, self.grace_s, self.every_s = ip, port, rank, grace_s, every_s
+        self.armed = threading.Event()
+        threading.Thread(target=self._watch, name="fes-server-watch", daemon=True).start()
+
+    def heard(self) -> None:
+        self.armed.set()
+
+    def _reachable(self) -> bool:
+        try:
+            socket.create_connection((self.ip, self.port), timeout=self.every_s).close()
+            return True
+        except OSError:
+            return False
+
+    def _watch(self) -> None:
+        self.armed.wait()
+        gone_since = None
+        while True:
+            time.sleep(self.every_s)
+            if self._reachable():
+                gone_since = None
+                continue
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since >= self.grace_s:
+                print(f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops",
+                      flush=True)
+                os._exit(1)
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:
@@ -196,6 +235,8 @@ def _init(argv: list[str]) -> Any:
         use_startup_tolerant_grpc()
         args.rank, args.role = rank, "server" if rank == 0 else "client"
         args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path
+        if rank != 0:
+            args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
     return offline_fedml_init(args, run_dir)
 
 
@@ -240,6 +281,9 @@ class FesTrainer(ClientTrainer):
         self._error: str | None = None
 
     def set_model_params(self, model_parameters) -> None:
+        watch = getattr(self.args, "fes_server_watch", None)
+        if watch is not None:  # the server is up: from now on its exit ends this silo
+            watch.heard()
         params, self._tasks = unpack_plan(model_parameters, int(self.id))
         if params:
             self._global = params

@@ -255,12 +255,36 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     finally:
         for p in procs:
             p.kill()
-    assert procs[0].returncode == 0, outs[0][-3000:]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]  # no silo outlived as "gone"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
     cfg = load_config(cf)
     run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
     assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
+
+
+@pytest.mark.slow
+def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faults):
+    """A device raises in round 1: the server records the failure and exits; FedML's silos
+    would wait for its next message forever, the ServerWatch ends each in one line."""
+    faults(raise_in_round=1)
+    raw = small_config(tmp_path, tiny_model_dir,
+                       comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run_dir = tmp_path / "fedml"
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
+                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)][::-1]
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in procs]  # a hang fails here
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+    for p, out in zip(procs[1:], outs[1:]):
+        assert p.returncode == 1 and "is gone; silo rank" in out, out[-2000:]
 
 
 def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():
