@@ -235,6 +235,20 @@ def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
     return str(path)
 
 
+def _grpc_run(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[subprocess.Popen], list[str]]:
+    """mpi/fedml_fes_main.py as one process per ipconfig rank: [server, silo 1, silo 2] and their
+    outputs. Silos start first: they must wait for the server (FedML's own gRPC sends would fail)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
+                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)][::-1]
+    try:
+        return procs, [p.communicate(timeout=timeout_s)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+
+
 @pytest.mark.slow
 def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_dir):
     """The same FedMLRunner script as three processes speaking FedML's gRPC backend on
@@ -244,17 +258,8 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
                        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
                        **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
     cf = write_config(tmp_path / "c.yaml", raw)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     run_dir = tmp_path / "fedml"
-    # silos first: they must wait for the server (FedML's own gRPC sends would fail at once)
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
-                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)][::-1]
-    try:
-        outs = [p.communicate(timeout=900)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    procs, outs = _grpc_run(cf, run_dir, timeout_s=900)
     assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]  # no silo outlived as "gone"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
@@ -271,16 +276,8 @@ def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faul
     raw = small_config(tmp_path, tiny_model_dir,
                        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")})
     cf = write_config(tmp_path / "c.yaml", raw)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     run_dir = tmp_path / "fedml"
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
-                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)][::-1]
-    try:
-        outs = [p.communicate(timeout=300)[0] for p in procs]  # a hang fails here
-    finally:
-        for p in procs:
-            p.kill()
+    procs, outs = _grpc_run(cf, run_dir, timeout_s=300)  # a hang fails here
     assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     for p, out in zip(procs[1:], outs[1:]):
