@@ -102,26 +102,31 @@ class ServerWatch:
     def heard(self) -> None:
         self.armed.set()
 
-    def _reachable(self) -> bool:
+    def server_alive(self) -> bool:
         try:
             socket.create_connection((self.ip, self.port), timeout=self.every_s).close()
             return True
         except OSError:
             return False
 
+    def stop(self, why: str = "") -> None:
+        """End this silo in one line (used by the watch thread and by a send that failed)."""
+        detail = f" ({why})" if why else ""
+        print(f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops{detail}",
+              flush=True)
+        os._exit(1)
+
     def _watch(self) -> None:
         self.armed.wait()
         gone_since = None
         while True:
             time.sleep(self.every_s)
-            if self._reachable():
+            if self.server_alive():
                 gone_since = None
                 continue
             gone_since = gone_since or time.monotonic()
             if time.monotonic() - gone_since >= self.grace_s:
-                print(f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops",
-                      flush=True)
-                os._exit(1)
+                self.stop()
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:

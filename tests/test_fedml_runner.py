@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections import OrderedDict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -282,6 +283,49 @@ def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faul
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     for p, out in zip(procs[1:], outs[1:]):
         assert p.returncode == 1 and "is gone; silo rank" in out, out[-2000:]
+
+
+class _FakeWatch:
+    def __init__(self, armed: bool, alive: bool):
+        import threading
+        self.armed, self.alive, self.stopped = threading.Event(), alive, None
+        if armed:
+            self.armed.set()
+
+    def server_alive(self) -> bool:
+        return self.alive
+
+    def stop(self, why: str = "") -> None:
+        self.stopped = why
+        raise SystemExit(1)
+
+
+@pytest.mark.parametrize("armed,alive,ends", [(True, False, True), (False, False, False), (True, True, False)])
+def test_a_send_to_a_server_that_died_ends_the_silo_in_one_line(monkeypatch, armed, alive, ends):
+    """The race CI hit: a silo still training when the server failed sends its update to a
+    closed port. Once the server was heard and its port is closed, that ends the silo the
+    ServerWatch way; any other send failure stays an error."""
+    import grpc
+    from fedml_fes_plugins.cross_silo.transport import BlockingGrpcCommManager, StartupTolerantGrpcCommManager
+
+    def refused(self, msg, timeout_s=0.0):
+        raise grpc.RpcError("UNAVAILABLE")
+
+    monkeypatch.setattr(BlockingGrpcCommManager, "send_message", refused)
+    manager = object.__new__(StartupTolerantGrpcCommManager)  # no gRPC server: only the send path runs
+    manager.args = SimpleNamespace(fes_server_watch=_FakeWatch(armed, alive))
+    with pytest.raises(SystemExit if ends else grpc.RpcError):
+        manager.send_message(object())
+    assert (manager.args.fes_server_watch.stopped is not None) == ends
+
+
+def test_server_watch_stop_is_one_line_and_exit_code_1():
+    code = ("from fedml_fes_plugins.fedml_plugin import ServerWatch\n"
+            "ServerWatch('127.0.0.1', 9, rank=2).stop('send failed')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and p.stderr.strip() == "", p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == \
+        "error: the server (rank 0 at 127.0.0.1:9) is gone; silo rank 2 stops (send failed)"
 
 
 def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():

@@ -100,6 +100,18 @@ class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
 
     wait_for_ready = True
 
+    def send_message(self, msg: Message, timeout_s: float = SEND_TIMEOUT_S) -> None:
+        """A send to a server that this silo has already heard from and that is now gone
+        (the server failed while this silo was still training) ends the silo in the same
+        one line as `ServerWatch`, instead of a gRPC traceback."""
+        try:
+            super().send_message(msg, timeout_s)
+        except grpc.RpcError as e:
+            watch = getattr(self.args, "fes_server_watch", None)
+            if watch is None or not watch.armed.is_set() or watch.server_alive():
+                raise
+            watch.stop(f"send failed: {getattr(e, 'code', lambda: e)()}")
+
 
 def use_startup_tolerant_grpc() -> None:
     """FedML 0.9.6 `core/distributed/fedml_comm_manager.py:190` imports `GRPCCommManager` from
