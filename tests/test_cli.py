@@ -1,6 +1,7 @@
 """The fedml-fes command as a user runs it."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,15 +52,39 @@ def test_run_prints_rounds_and_run_dir(tmp_path, tiny_model_dir):
     assert out.returncode == 0, out.stderr
     assert "run directory:" in out.stdout and "round   1: test_acc=" in out.stdout
     assert '"status": "completed"' in out.stdout
+    run_dir = Path(out.stdout.split("run directory:")[1].split()[0])
+    assert (run_dir / "accuracy.png").stat().st_size > 5_000  # every run plots its curve
 
 
 @pytest.mark.slow
-def test_demo_runs_on_the_offline_model(tmp_path):
-    """The README's main job, shortened: real MiniLM, real BBC News, in-process FedML runtime."""
-    out = fes("demo", "--rounds", "2", "--output-dir", str(tmp_path / "runs"), timeout=900)
-    assert out.returncode == 0, out.stderr
-    assert "round   0: test_acc=" in out.stdout and "round   1: test_acc=" in out.stdout
-    assert '"status": "completed"' in out.stdout
+def test_demo_compares_fes_with_the_baselines(tmp_path):
+    """The README's main job, shortened: real MiniLM, real BBC News, in-process FedML runtime,
+    FedCLS, FedFSL and FeS on one partition, the MLM head built once into the given cache."""
+    out = fes("demo", "--rounds", "2", "--mlm-rounds", "1", "--output-dir", str(tmp_path / "runs"),
+              "--cache-dir", str(tmp_path / "cache"), timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "--- FedCLS" in text and "--- FedFSL" in text and "--- FeS" in text
+    assert "building the MLM head first" in text and "note: FedCLS learns from gold labels only" in text
+    table = [line.split() for line in text.splitlines() if line.split()[:1] in (["FedCLS"], ["FedFSL"], ["FeS"])]
+    assert [row[0] for row in table] == ["FedCLS", "FedFSL", "FeS"] and all(0 <= float(r[1]) <= 1 for r in table)
+    demo_dir = next((tmp_path / "runs").glob("demo-*"))
+    assert (demo_dir / "demo.png").stat().st_size > 10_000 and f"plot:  {demo_dir / 'demo.png'}" in text
+    rows = (demo_dir / "demo.csv").read_text().splitlines()
+    assert rows[0].startswith("method,accuracy,upload_bytes,tx2_hours,pseudo_labels") and len(rows) == 4
+    upload = {r.split(",")[0]: int(r.split(",")[2]) for r in rows[1:]}
+    assert upload["FeS"] * 100 < upload["FedFSL"]  # bias-only updates of the top third vs the whole model
+    for method in ("fedcls", "fedfsl", "fes"):
+        assert (demo_dir / method / "summary.json").is_file() and (demo_dir / method / "accuracy.png").is_file()
+    assert list((tmp_path / "cache" / "mlm").iterdir())  # the MLM head is cached for the next demo
+
+
+def test_demo_dry_run_writes_nothing(tmp_path):
+    out = fes("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+              timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "FedCLS, FedFSL, FeS on the same partition" in out.stdout and "gold labels: 64 on" in out.stdout
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize("method", ["fedcls", "fes"])

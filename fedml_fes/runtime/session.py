@@ -5,12 +5,15 @@ interrupted, always writing summary.json (rows already in metrics.csv are never 
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from ..report.metrics import RunRecorder
 from .job import Job
 from .server import CLASS_DETAILS, AggregatorLike, RoundServer
+
+log = logging.getLogger(__name__)
 
 
 class ServerSession:
@@ -24,12 +27,24 @@ class ServerSession:
     def complete(self) -> dict[str, Any]:
         extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
                                             {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
-        return self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
-                                    initial=self._initial(), test=self._test(), **extra)
+        summary = self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
+                                       initial=self._initial(), test=self._test(), **extra)
+        self._plot()
+        return summary
 
     def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
-        return self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
-                                    initial=self._initial(), test=self._test())
+        summary = self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
+                                       initial=self._initial(), test=self._test())
+        self._plot()
+        return summary
+
+    def _plot(self) -> None:
+        """accuracy.png beside summary.json; a figure that cannot be drawn never costs the run."""
+        from ..report.run_plot import plot_run
+        try:
+            plot_run(self.run_dir)
+        except Exception as e:  # matplotlib/backend trouble: the run's files are already written
+            log.warning("no accuracy.png for %s: %s", self.run_dir, e)
 
     def _initial(self) -> dict[str, Any]:
         """Scores of the model before any round (zero-shot accuracy for prompt methods)."""

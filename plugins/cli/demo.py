@@ -1,0 +1,212 @@
+"""`fedml-fes demo`: what the project is for, in one command on a laptop.
+
+FedCLS (the baseline: encoder + head, gold labels only), FedFSL (prompt + static pseudo
+labels) and FeS (prompt, curriculum pacing, representational filtering, bias-only top
+layers) run one after another on the same offline skewed few-shot partition of BBC News,
+with the same shared settings as the fidelity benchmark (run_configs/fidelity.yaml), fewer
+rounds. The prompt methods need a masked LM with a trained head; the offline MiniLM ships
+without one, so the first demo builds it FedBERT-style on the clients' own text and caches it
+in the user's cache folder (`$XDG_CACHE_HOME/fedml-fes`, else `~/.cache/fedml-fes`).
+
+Output: a progress bar per method, a table (accuracy, upload, emulated Jetson TX2 hours,
+pseudo labels used) and `demo.png` (accuracy against emulated time and against traffic),
+all in `<output_dir>/demo-<time>/`, one run folder per method inside it.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from fedml_fes.config import FesConfig, config_from_dict, parse_overrides
+from fedml_fes.errors import FesError
+
+METHODS = ("fedcls", "fedfsl", "fes")
+LABELS = {"fedcls": "FedCLS", "fedfsl": "FedFSL", "fes": "FeS"}
+COLORS = {"fedcls": "#7f7f7f", "fedfsl": "#1f77b4", "fes": "#d62728"}
+DEVICE = "jetson_tx2"
+
+# The shared settings of run_configs/fidelity.yaml (BBC News), with fewer rounds and a test
+# every other round so the plot has a curve. Only train_args.method differs between methods.
+SHARED: dict[str, dict[str, Any]] = {
+    "common_args": {"random_seed": 0, "torch_threads": 0},
+    "data_args": {"dataset": "bbc_news", "client_num_in_total": 20, "partition_method": "niid_label",
+                  "partition_alpha": 1.0, "gold_labels": 64, "gold_sparsity": 0.001, "test_fraction": 0.2,
+                  "max_test_examples": 300},
+    "model_args": {"model": "offline:all-MiniLM-L6-v2", "max_seq_length": 64, "tuning": "full"},
+    "prompt_args": {"pattern_id": 1},
+    "train_args": {"comm_round": 10, "client_num_per_round": 5, "epochs": 1, "batch_size": 4,
+                   "learning_rate": 5e-5, "eval_batch_size": 64, "frequency_of_the_test": 3},
+    "pseudo_args": {"start_round": 4, "label_every": 1, "label_clients": 5, "per_pass": 100},
+    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01},
+    "filter_args": {"method": "vote_k", "rho": 10.0},
+    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0},
+    "cost_args": {"devices": [DEVICE], "bandwidth_MBps": 1.0},
+}
+
+# The MLM head: the recipe of run_configs/mlm_fedbert_bbc.yaml (one client per round, 20
+# local steps, linear schedule), fewer rounds so the whole demo fits in 10 minutes.
+MLM: dict[str, dict[str, Any]] = {
+    "common_args": {"random_seed": 0, "torch_threads": 0},
+    "data_args": {k: SHARED["data_args"][k] for k in ("dataset", "client_num_in_total", "partition_method",
+                                                      "partition_alpha", "gold_labels", "gold_sparsity")},
+    "model_args": {"model": "offline:all-MiniLM-L6-v2", "max_seq_length": 64},
+    "train_args": {"method": "fedbert_mlm", "comm_round": 20, "client_num_per_round": 1, "batch_size": 16,
+                   "learning_rate": 5e-4, "eval_batch_size": 64, "frequency_of_the_test": 20},
+    "mlm_args": {"local_steps": 20, "mask_probability": 0.15, "train_mask_probability": 0.3,
+                 "lr_schedule": "linear", "warmup_fraction": 0.06, "heldout_texts": 400},
+}
+
+
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fedml-fes"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=None, help=f"rounds per method (default "
+                                                            f"{SHARED['train_args']['comm_round']})")
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="methods to compare")
+    p.add_argument("--output-dir", default="runs", help="where the demo folder goes (default: runs)")
+    p.add_argument("--cache-dir", default=None, help="where the MLM head is built once and reused "
+                                                     "(default: $XDG_CACHE_HOME/fedml-fes or ~/.cache/fedml-fes)")
+    p.add_argument("--mlm-rounds", type=int, default=MLM["train_args"]["comm_round"],
+                   help="rounds of the one-time MLM build (20 local steps each; default %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of progress bars")
+
+
+def _merged(base: dict[str, dict[str, Any]], overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    raw = {sec: dict(values) for sec, values in base.items()}
+    for dotted, value in overrides.items():
+        sec, _, key = dotted.partition(".")
+        raw.setdefault(sec, {})[key] = value
+    return raw
+
+
+def demo_configs(opts: argparse.Namespace, mlm_yaml: Path | None = None) -> dict[str, FesConfig]:
+    """One config per method: the shared settings, the method, the user's --set overrides."""
+    cache = Path(opts.cache_dir) if opts.cache_dir else user_cache_dir()
+    overrides = parse_overrides(opts.set)
+    configs = {}
+    for method in opts.methods:
+        raw = _merged(SHARED, overrides)
+        raw["train_args"]["method"] = method
+        if opts.rounds is not None:
+            raw["train_args"]["comm_round"] = opts.rounds
+            raw["train_args"]["frequency_of_the_test"] = min(raw["train_args"]["frequency_of_the_test"],
+                                                             max(opts.rounds, 1))
+        raw["common_args"]["cache_dir"] = str(cache)
+        raw["common_args"]["output_dir"] = opts.output_dir
+        if mlm_yaml is not None:
+            raw["model_args"]["mlm_from"] = str(mlm_yaml)
+        configs[method] = config_from_dict(raw, source="the embedded demo config")
+    return configs
+
+
+def write_mlm_config(opts: argparse.Namespace) -> Path:
+    """The MLM build's config as a file in the cache (model_args.mlm_from names a file)."""
+    raw = _merged(MLM, {})
+    raw["train_args"]["comm_round"] = opts.mlm_rounds
+    raw["train_args"]["frequency_of_the_test"] = opts.mlm_rounds
+    config_from_dict(raw, source="the embedded demo MLM config")  # checked before it is written
+    cache = Path(opts.cache_dir) if opts.cache_dir else user_cache_dir()
+    path = cache / "demo" / f"mlm_demo_{opts.mlm_rounds}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text("# written by `fedml-fes demo`: the demo's FedBERT MLM head build\n" +
+                   yaml.safe_dump(raw, sort_keys=False))
+    tmp.replace(path)
+    return path
+
+
+def _gold_note(run_dir: Path) -> str:
+    """FedCLS trains only clients that hold gold labels; say which, from its own metrics."""
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        ids = sorted({c for row in csv.DictReader(f) for c in row["clients"].split() if c})
+    who = f"client {ids[0]}" if len(ids) == 1 else f"clients {', '.join(ids)}"
+    return (f"note: FedCLS learns from gold labels only, and this skewed partition (gamma 0.001) puts the 64 gold "
+            f"labels on {who}, so {'that client trains' if len(ids) == 1 else 'only they train'} in every round; "
+            f"FedFSL and FeS also pseudo-label the other clients' text.")
+
+
+def _row(method: str, run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    from fedml_fes.report.run_plot import run_curve
+    curve = run_curve(run_dir, DEVICE)
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    pseudo = rows[-1].get("pseudo_total") if rows else ""
+    return {"method": LABELS[method], "accuracy": summary.get("final"),
+            "upload_bytes": int(curve.bytes_up[-1]) if curve.bytes_up else 0,
+            "tx2_hours": curve.hours[-1] if curve.hours else float("nan"),
+            "pseudo_labels": int(float(pseudo)) if pseudo not in (None, "") else 0,
+            "wall_s": summary.get("wall_s"), "run_dir": str(run_dir), "_curve": curve}
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'method':<8} {'accuracy':>8} {'upload':>12} {'TX2 hours':>10} {'pseudo labels':>13} {'wall':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        acc = f"{r['accuracy']:.3f}" if isinstance(r["accuracy"], (int, float)) else "-"
+        lines.append(f"{r['method']:<8} {acc:>8} {_bytes(r['upload_bytes']):>12} {r['tx2_hours']:>10.4f} "
+                     f"{r['pseudo_labels']:>13} {r['wall_s'] or 0:>6.0f}s")
+    return "\n".join(lines)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return str(n)
+
+
+def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    from fedml_fes.report.run_plot import plot_runs
+    from fedml_fes.runtime.preview import preview_run
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    needs_mlm = any(m != "fedcls" for m in opts.methods)
+    mlm_yaml = write_mlm_config(opts) if needs_mlm and not opts.dry_run else None
+    configs = demo_configs(opts, mlm_yaml)
+    for cfg in configs.values():
+        lines = preview_run(cfg)  # every check before anything is loaded or written
+    if opts.dry_run:
+        echo(f"demo: {', '.join(LABELS[m] for m in configs)} on the same partition; the last one's plan:")
+        echo("\n".join(lines))
+        return 0
+    out = Path(opts.output_dir) / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=False)
+    echo(f"demo folder: {out}")
+    echo(f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: 20 clients, 64 gold labels skewed "
+         f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each (offline MiniLM)")
+    progress = not opts.no_progress and sys.stderr.isatty()
+    rows = []
+    for method, cfg in configs.items():
+        echo(f"--- {LABELS[method]} ({method})")
+        run_dir = out / method
+        from fedml_fes.runtime.job import make_run_dir
+        make_run_dir(cfg, str(run_dir))
+        summary = run_in_process(cfg, run_dir, progress=progress, echo=echo)
+        if summary.get("status") != "completed":
+            raise FesError(f"{method} ended as {summary.get('status')}: {summary.get('error')} (files in {run_dir})")
+        rows.append(_row(method, run_dir, summary))
+        if method == "fedcls":
+            echo(_gold_note(run_dir))
+    echo("")
+    echo(_table(rows))
+    with (out / "demo.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if not k.startswith("_")], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    plot = plot_runs({r["method"]: r["_curve"] for r in rows}, out / "demo.png",
+                     "BBC News, 64 gold labels (skewed), offline MiniLM: accuracy vs emulated time and traffic",
+                     COLORS)
+    echo(f"table: {out / 'demo.csv'}")
+    echo(f"plot:  {plot}")
+    return 0
