@@ -61,8 +61,8 @@ def run_inprocess(cf: str, out: Path, overrides: dict) -> Path:
 
 def run_mpirun(cf: str, out: Path, sets: list[str]) -> Path:
     run_dir = out / "mpirun"
-    cmd = [sys.executable, "-m", "fedml_fes_plugins.cli.main", "mpirun", "-np", "3", "--cf", cf,
-           "--run-dir", str(run_dir)] + [a for s in sets for a in ("--set", s)]
+    cmd = [sys.executable, "-m", "fedml_fes_plugins.cli.main", "mpirun", "-np", "3", "--cf", str(Path(cf).resolve()),
+           "--run-dir", str(run_dir.resolve())] + [a for s in sets for a in ("--set", s)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return run_dir
 

@@ -71,6 +71,14 @@ class DataConfig:
     text_b_columns: list = field(default_factory=list)  # sentence pairs: joined into text_b
     label_column: str = ""  # hf default: label
     classes: list = field(default_factory=list)  # label order; empty: sorted labels (hf: its names)
+    # dataset: custom, CSV/TSV layout (docs/CUSTOM_DATA.md). No header row (the official AG News /
+    # Yelp / Yahoo CSVs): the columns above are then 0-based column numbers.
+    csv_header: bool = True
+    delimiter: str = ""  # one character, or tab; empty: by suffix (.csv ",", .tsv tab)
+    # classes.txt, one class name per line: the label column then holds class ids, mapped to
+    # these names by position (the official layouts number them from 1). Excludes `classes`.
+    classes_file: str = ""
+    label_index_base: int = 1  # the id of the file's first class: 1 (official layouts) or 0
     # dataset: hf (Hugging Face datasets, needs a network or a filled cache)
     hf_dataset: str = ""
     hf_config: str = ""
@@ -471,9 +479,91 @@ def parse_overrides(items: "list[str]") -> dict[str, Any]:
     return out
 
 
+# Config keys that name input files or folders. A relative value read from a YAML file is
+# taken from that file's folder, so a config works whatever the current directory; a relative
+# value given on the command line (`--set section.key=value`) is taken from the current
+# directory, as a shell user expects. Both are stored absolute (a run's config.yaml stays
+# valid wherever it is read). Where a run *writes* (common_args.output_dir and cache_dir) is
+# not resolved: `output_dir: runs` puts runs below the directory the command runs in, not
+# inside run_configs/. Defaults (comm_args.mpi_host_file: mpi/mpi_host_file, ...) are not read
+# from a file either: they mean the current directory (runtime.job.make_run_dir stores them
+# absolute against it in the run's config.yaml).
+INPUT_PATH_KEYS: dict[str, tuple[str, ...]] = {
+    "data_args": ("data_dir", "train_file", "test_file", "classes_file", "fednlp_data_file",
+                  "fednlp_partition_file"),
+    "model_args": ("mlm_from",),
+    "comm_args": ("mpi_host_file", "grpc_ipconfig_path"),
+    "cost_args": ("device_dir",),
+}
+# Keys that hold a name or a local path: resolved only when the value looks like a path
+# (`./x`, `../x`, `~/x`, or a file or folder of that name next to the config), so HF ids
+# (`roberta-large`) and `offline:all-MiniLM-L6-v2` stay as they are.
+NAME_OR_PATH_KEYS: dict[str, tuple[str, ...]] = {
+    "model_args": ("model",),
+    "filter_args": ("proxy_model",),
+}
+# Lists of profile names or .yaml/.yml paths: only the paths are resolved.
+PROFILE_LIST_KEYS: dict[str, tuple[str, ...]] = {"cost_args": ("devices",)}
+
+
+def _absolute(value: str, base: str) -> str:
+    return os.path.abspath(os.path.join(base, os.path.expanduser(value)))
+
+
+def _looks_local(value: str, base: str) -> bool:
+    if value.startswith("offline:"):
+        return False
+    v = value.replace("\\", "/")
+    return (v in (".", "..") or v.startswith(("./", "../", "~")) or os.path.isabs(value)
+            or os.path.exists(os.path.join(base, value)))
+
+
+def resolve_path_value(section: str, key: str, value: Any, base: str | os.PathLike) -> Any:
+    """`value` of `section.key` with a relative input path made absolute against `base`;
+    anything else (other keys, empty values, names such as HF model ids) unchanged."""
+    base = os.path.abspath(base)
+    if key in INPUT_PATH_KEYS.get(section, ()):
+        return _absolute(value, base) if isinstance(value, str) and value else value
+    if key in NAME_OR_PATH_KEYS.get(section, ()):
+        return _absolute(value, base) if isinstance(value, str) and value and _looks_local(value, base) else value
+    if key in PROFILE_LIST_KEYS.get(section, ()):
+        items = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return value
+        return [_absolute(x, base) if isinstance(x, str) and Path(x).suffix in (".yaml", ".yml") else x
+                for x in items]
+    return value
+
+
+def resolve_paths(raw: dict[str, Any], base: str | os.PathLike) -> dict[str, Any]:
+    """In place, for sections as a YAML file holds them: every relative input path made
+    absolute against `base` (the file's folder). Returns `raw`."""
+    for sec, values in raw.items():
+        if isinstance(values, dict):
+            for key in list(values):
+                values[key] = resolve_path_value(str(sec), str(key), values[key], base)
+    return raw
+
+
+def resolve_override_paths(overrides: Mapping[str, Any], base: str | os.PathLike | None = None) -> dict[str, Any]:
+    """'section.key' overrides with relative input paths made absolute against `base`
+    (default: the current directory, for `--set` values)."""
+    base = os.getcwd() if base is None else base
+    out: dict[str, Any] = {}
+    for dotted, value in overrides.items():
+        sec, _, key = str(dotted).partition(".")
+        out[dotted] = resolve_path_value(sec, key, value, base)
+    return out
+
+
 def read_sections(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The YAML's sections as plain dicts with `section.key` overrides applied: the one place a
-    run config file is read (typing and validation: `config_from_dict`)."""
+    run config file is read (typing and validation: `config_from_dict`).
+
+    Relative input paths (INPUT_PATH_KEYS, and NAME_OR_PATH_KEYS that look like paths) are
+    made absolute: the file's own values against the file's folder, `overrides` (the command
+    line's --set) against the current directory. common_args.output_dir and cache_dir are
+    left as written: relative ones stay relative to the current directory."""
     p = Path(path)
     if not p.is_file():
         raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
@@ -486,12 +576,14 @@ def read_sections(path: str | os.PathLike, overrides: Mapping[str, Any] | None =
     if not isinstance(raw, dict):
         raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
     raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
-    apply_overrides(raw, overrides or {}, str(p))
+    resolve_paths(raw, os.path.dirname(os.path.abspath(p)))
+    apply_overrides(raw, resolve_override_paths(overrides or {}), str(p))
     return raw
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any], source: str = "<dict>") -> None:
-    """Set each 'section.key' of `overrides` in the raw sections, in place (types: config_from_dict)."""
+    """Set each 'section.key' of `overrides` in the raw sections, in place (types: config_from_dict;
+    paths are taken as given: see `resolve_override_paths`)."""
     for dotted, value in overrides.items():
         sec, dot, key = str(dotted).partition(".")
         if not dot or not key:
@@ -503,13 +595,41 @@ def apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any], source: s
 
 
 def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FesConfig:
-    """Read, type and validate a run config; `overrides` maps 'section.key' to a value (CLI --set)."""
+    """Read, type and validate a run config; `overrides` maps 'section.key' to a value (CLI --set).
+
+    Relative input paths in the file (data files and folders, model_args.mlm_from, host and
+    ipconfig files, ...: INPUT_PATH_KEYS) resolve against the file's folder, those in
+    `overrides` against the current directory; common_args.output_dir stays relative to the
+    current directory. A config named by model_args.mlm_from resolves its own paths against
+    its own folder when it is loaded."""
     return config_from_dict(read_sections(path, overrides), source=str(path))
 
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise FesError(message)
+
+
+DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+
+
+def _validate_csv_options(d: DataConfig) -> None:
+    """data_args' CSV layout keys (dataset custom): caught here, before any file is opened, so a
+    wrong layout is one line naming the key rather than a puzzling row error later."""
+    d.delimiter = DELIMITER_NAMES.get(d.delimiter.lower(), d.delimiter) if d.delimiter else ""
+    _check(len(d.delimiter) <= 1 and d.delimiter not in ('"', "\n", "\r"),
+           f"data_args.delimiter must be one character (or {', '.join(DELIMITER_NAMES)}) and not a quote or "
+           f"newline, got {d.delimiter!r}")
+    _check(d.label_index_base >= 0, f"data_args.label_index_base must be >= 0 (1 or 0), got {d.label_index_base}")
+    _check(not (d.classes_file and d.classes),
+           "set data_args.classes_file or data_args.classes, not both: the file already names the classes in order")
+    if d.dataset == "custom" and not d.csv_header:
+        for key in ("text_columns", "text_b_columns", "label_column"):
+            value = getattr(d, key)
+            bad = [c for c in (value if isinstance(value, list) else [value]) if not str(c).isdigit()]
+            if bad:
+                raise FesError(f"data_args.csv_header is false, so data_args.{key} must be 0-based column "
+                               f"numbers (the file has no header naming them), got {bad[0]!r}")
 
 
 def validate(cfg: FesConfig) -> None:
@@ -533,6 +653,7 @@ def validate(cfg: FesConfig) -> None:
     _check(len(set(d.classes)) == len(d.classes), f"data_args.classes has duplicates: {d.classes}")
     _check(d.dataset != "custom" or bool(d.train_file and d.text_columns and d.label_column),
            "dataset custom needs data_args.train_file, text_columns and label_column")
+    _validate_csv_options(d)
     _check(d.dataset != "fednlp_h5" or bool(d.fednlp_data_file),
            "dataset fednlp_h5 needs data_args.fednlp_data_file (a FedNLP *_data.h5)")
     _check(d.partition_method != "fednlp_h5" or (d.dataset == "fednlp_h5" and bool(d.fednlp_partition_file)),

@@ -200,7 +200,7 @@ def init(argv: list[str] | None = None) -> Any:
 
 
 def _init(argv: list[str]) -> Any:
-    from fedml_fes_plugins.cross_silo.config import read_ipconfig
+    from fedml_fes_plugins.cross_silo.config import job_fingerprint, read_ipconfig
     from fedml_fes_plugins.adapters.offline import offline_fedml_init
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
@@ -232,16 +232,49 @@ def _init(argv: list[str]) -> Any:
         else:
             run_dir = Path(opts.run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
+    elif backend == "MQTT_S3":
+        from fedml_fes_plugins.cross_silo.config import mqtt_settings, s3_settings
+        worker_num = int(cfg.comm.silo_num)
+        if opts.rank is None or not opts.run_dir:
+            raise FesError("with comm_args.backend MQTT_S3 every process needs --rank (0 = server) and the same "
+                           "--run-dir")
+        if worker_num < 1 or not 0 <= opts.rank <= worker_num:
+            raise FesError(f"--rank {opts.rank}: comm_args.silo_num is {worker_num}, so ranks are 0 (server) to "
+                           f"{worker_num}")
+        rank = opts.rank
+        mqtt = mqtt_settings(cfg.comm.customized_training_mqtt_config)
+        s3 = s3_settings(cfg.comm.customized_training_s3_config)
+        if rank == 0:
+            ensure_mlm_build(cfg)
+            run_dir = make_run_dir(cfg, opts.run_dir)
+        else:
+            run_dir = Path(opts.run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
     else:
-        raise FesError(f"the FedMLRunner plugins run over MPI (mpirun) or GRPC; comm_args.backend is '{cfg.comm.backend}'")
+        raise FesError(f"the FedMLRunner plugins run over MPI (mpirun), GRPC or MQTT_S3; comm_args.backend is "
+                       f"'{cfg.comm.backend}'")
     args = fedml_args(cfg, run_dir, worker_num)
-    if backend == "GRPC":  # FedML reads these from its own CLI flags otherwise
+    if backend in ("GRPC", "MQTT_S3"):  # FedML reads these from its own CLI flags otherwise
+        args.rank, args.role = rank, "server" if rank == 0 else "client"
+    if backend == "GRPC":
         from fedml_fes_plugins.cross_silo.transport import use_startup_tolerant_grpc
         use_startup_tolerant_grpc()
-        args.rank, args.role = rank, "server" if rank == 0 else "client"
         args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path
         if rank != 0:
             args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
+    if backend == "MQTT_S3":
+        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop
+        use_flushing_mqtt_stop()
+        # FedML 0.9.6 `core/distributed/fedml_comm_manager.py:83-97` fetches the FedML cloud's
+        # broker and bucket unless both customized configs are set: they always are (checked
+        # non-empty above). Topics are `fedml_<run_id>_<server_id>_<client id>`; the silos'
+        # ids are their ranks (`fedml/__init__.py:_update_client_id_list`), the server's 0.
+        args.run_id = str(cfg.comm.run_id) or f"fes{job_fingerprint(cfg)}"
+        args.server_id = 0
+        args.customized_training_mqtt_config = dict(mqtt)
+        args.customized_training_s3_config = dict(s3)
+        if rank != 0:
+            args.client_id = rank
     return offline_fedml_init(args, run_dir)
 
 

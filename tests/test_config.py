@@ -88,3 +88,37 @@ def test_one_reader_for_files_and_overrides(tmp_path):
         config_from_dict({"prompt_args": {"verbalizer": {"a": ["x"]}}})
     own = {"pattern": "{mask}: {text_a}", "verbalizer": {"a": 1}}
     assert config_from_dict({"prompt_args": own}).prompt.verbalizer == {"a": "1"}
+
+
+@pytest.mark.parametrize("data, label", [
+    ({"dataset": "bbc_news"}, "bbc_news"),
+    ({"dataset": "agnews", "data_dir": "/data/agnews_full"}, "agnews"),  # built-in: its own name
+    ({"dataset": "custom", "train_file": "/d/reviews.csv"}, "reviews"),
+    ({"dataset": "custom", "train_file": "/d/amazon reviews (2023)_train.jsonl"}, "amazon_reviews_2023"),
+    ({"dataset": "custom", "train_file": "/home/u/support_tickets/train.csv"}, "support_tickets"),
+    ({"dataset": "custom", "train_file": "/home/u/legal/data/data.tsv.gz"}, "legal"),
+    ({"dataset": "custom", "train_file": "train.csv"}, "custom"),  # nothing better to go by
+    ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/data_files/agnews_data.h5"}, "agnews"),
+    ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/20news.h5"}, "20news"),
+    ({"dataset": "hf", "hf_dataset": "SetFit/sst2"}, "SetFit_sst2"),
+    ({"dataset": "hf", "hf_dataset": "glue", "hf_config": "sst2"}, "glue-sst2"),
+])
+def test_run_folders_are_named_after_the_data(data, label):
+    import re
+
+    from fedml_fes.runtime.job import dataset_label, default_run_name
+    extra = {"text_columns": ["t"], "label_column": "y"} if data["dataset"] == "custom" else {}
+    cfg = config_from_dict({"data_args": {**data, **extra}, "train_args": {"method": "fes"},
+                            "common_args": {"random_seed": 3}})
+    assert dataset_label(cfg) == label
+    name = default_run_name(cfg)
+    assert name.startswith(f"fes-{label}-s3-") and re.fullmatch(r"[A-Za-z0-9_.-]+", name)
+
+
+def test_run_folder_of_a_custom_dataset_uses_its_file(tmp_path, monkeypatch):
+    from fedml_fes.runtime.job import make_run_dir
+    cf = tmp_path / "c.yaml"
+    cf.write_text("data_args:\n  dataset: custom\n  train_file: mail/spam_train.csv\n  text_columns: [t]\n"
+                  "  label_column: y\ncommon_args:\n  output_dir: out\n")
+    monkeypatch.chdir(tmp_path)
+    assert make_run_dir(load_config(cf)).name.startswith("fedcls-spam-s0-")

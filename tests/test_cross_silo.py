@@ -81,7 +81,7 @@ def test_bad_ipconfig_is_one_line_naming_the_problem(tmp_path, rows, message):
 
 
 @pytest.mark.parametrize("raw,message", [
-    (_raw(grpc_ipconfig_path="nope.csv"), "file not found: nope.csv"),
+    (_raw(grpc_ipconfig_path="nope.csv"), r"file not found: \S*/nope\.csv \(a relative path in a config file is from"),
     ({"comm_args": {"backend": "GRPC"}}, "training_type: cross_silo"),
     ({"common_args": {"training_type": "cross_silo"}, "comm_args": {"backend": "MPI"}},
      "must be GRPC or MQTT_S3"),

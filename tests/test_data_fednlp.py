@@ -180,3 +180,56 @@ def test_fedml_fednlp_code_reads_our_export(tmp_path):
     truth.update(zip(client.unlabeled.texts, oracle.labels_of(list(client.unlabeled.example_ids))))
     assert sorted(x) == sorted(truth) and [truth[t] for t in x] == y  # labels decode through label_vocab
     assert set(attrs["label_vocab"]) == set(ours.classes) and attrs["task_type"] == "text_classification"
+
+
+# texts FedNLP stores as they are: whitespace runs, tabs, newlines, edges, non-ASCII
+AWKWARD = ["two  spaces", "\ttab\tinside", "line\nbreak\r\nwindows", "  leading and trailing  ",
+           "non-ASCII: café, naïve, 東京, emoji 🙂", "mixed \t \n runs  \u00a0nbsp\u2009thin", "plain"]
+
+
+def _raw_x(path) -> dict[str, bytes]:
+    with h5py.File(path, "r") as f:
+        return {k: f["X"][k][()] for k in f["X"].keys()}
+
+
+def test_fednlp_texts_survive_write_read_byte_equal(tmp_path):
+    from fedml_fes.data.readers import LabeledTexts
+    n = len(AWKWARD)
+    train = LabeledTexts(tuple(AWKWARD), np.arange(n) % 2, ("a", "b"), tuple(reversed(AWKWARD)))
+    test = LabeledTexts((" x  y ", "z\t"), np.array([0, 1]), ("a", "b"), ("\nq", "r  "))
+    write_fednlp_data(tmp_path / "d.h5", train, test, "awkward")
+    back = read_fednlp_data(tmp_path / "d.h5")
+    assert back.train.texts == train.texts and back.train.texts_b == train.texts_b
+    assert back.test.texts == test.texts and back.test.texts_b == test.texts_b
+    assert [t.encode() for t in back.train.texts] == [t.encode() for t in AWKWARD]
+
+
+def test_fednlp_import_then_export_is_byte_identical(tmp_path):
+    """A FedNLP-written file read and written back holds the same X bytes (FedNLP layout)."""
+    src = tmp_path / "theirs_data.h5"
+    texts = AWKWARD + ["news item 7"]
+    with h5py.File(src, "w") as f:  # as FedNLP's loaders write: str -> variable-length UTF-8
+        n = len(texts)
+        f["attributes"] = json.dumps({"index_list": list(range(n)), "train_index_list": list(range(n - 2)),
+                                      "test_index_list": [n - 2, n - 1], "num_labels": 2,
+                                      "task_type": "text_classification", "label_vocab": {"x": 0, "y": 1}})
+        for i, t in enumerate(texts):
+            f["X/" + str(i)] = t
+            f["Y/" + str(i)] = "xy"[i % 2]
+    first = read_fednlp_data(src)
+    assert first.train.texts + first.test.texts == tuple(texts)  # nothing stripped or collapsed
+    out = write_fednlp_data(tmp_path / "ours_data.h5", first.train, first.test, "roundtrip")
+    assert _raw_x(out) == _raw_x(src)  # the same bytes per index
+    again = read_fednlp_data(out)
+    assert again.train.texts == first.train.texts and again.test.texts == first.test.texts
+    assert [t.encode("utf-8") for t in again.train.texts + again.test.texts] == [t.encode("utf-8") for t in texts]
+    assert np.array_equal(again.train.labels, first.train.labels) and again.train.classes == first.train.classes
+
+
+def test_whitespace_only_text_is_still_an_error(tmp_path):
+    data, _ = fednlp_style_files(tmp_path)
+    with h5py.File(data, "a") as f:
+        del f["X/2"]
+        f["X/2"] = " \t\n"
+    with pytest.raises(FesError, match=r"X/2 is empty text"):
+        read_fednlp_data(data)

@@ -236,9 +236,9 @@ def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
     return str(path)
 
 
-def _grpc_run(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[subprocess.Popen], list[str]]:
-    """mpi/fedml_fes_main.py as one process per ipconfig rank: [server, silo 1, silo 2] and their
-    outputs. Silos start first: they must wait for the server (FedML's own gRPC sends would fail)."""
+def _rank_processes(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[subprocess.Popen], list[str]]:
+    """mpi/fedml_fes_main.py as one process per rank (gRPC: per ipconfig row; MQTT_S3: silo_num 2):
+    [server, silo 1, silo 2] and their outputs. Silos start first: they must wait for the server."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
                                "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
@@ -260,8 +260,39 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
                        **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "fedml"
-    procs, outs = _grpc_run(cf, run_dir, timeout_s=900)
+    procs, outs = _rank_processes(cf, run_dir, timeout_s=900)
     assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]  # no silo outlived as "gone"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
+    cfg = load_config(cf)
+    run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
+
+
+@pytest.mark.slow
+def test_fedml_runner_script_over_mqtt_s3_matches_in_process(tmp_path, tiny_model_dir):
+    """The same FedMLRunner script over FedML's MQTT_S3 backend: messages through a mosquitto
+    broker, tensors through a (moto) S3 bucket, both on loopback; the same metrics rows as
+    the in-process runtime."""
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    from .test_cross_silo_services import ensure_mosquitto
+    ensure_mosquitto()
+    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
+    try:
+        comm = {"backend": "MQTT_S3", "silo_num": 2, "run_id": "fes-runner-test",
+                "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
+                                                    "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
+                "customized_training_s3_config": dict(s3.config)}
+        raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2}, comm_args=comm,
+                           **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+        cf = write_config(tmp_path / "c.yaml", raw)
+        run_dir = tmp_path / "fedml"
+        procs, outs = _rank_processes(cf, run_dir, timeout_s=900)
+    finally:
+        broker.stop()
+        s3.stop()
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
     cfg = load_config(cf)
@@ -278,7 +309,7 @@ def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faul
                        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")})
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "fedml"
-    procs, outs = _grpc_run(cf, run_dir, timeout_s=300)  # a hang fails here
+    procs, outs = _rank_processes(cf, run_dir, timeout_s=300)  # a hang fails here
     assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     for p, out in zip(procs[1:], outs[1:]):
@@ -326,6 +357,23 @@ def test_server_watch_stop_is_one_line_and_exit_code_1():
     assert p.returncode == 1 and p.stderr.strip() == "", p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == \
         "error: the server (rank 0 at 127.0.0.1:9) is gone; silo rank 2 stops (send failed)"
+
+
+def test_mqtt_stop_flushes_the_last_messages_first(monkeypatch):
+    """FedML's silo publishes FINISHED and disconnects at once, inside paho's callback; the shim
+    lets paho's queue drain before FedML's stop runs (else the server waits for that status forever)."""
+    from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
+    from fedml_fes_plugins.cross_silo import transport
+    cls = mqtt_s3.MqttS3MultiClientsCommManager
+    calls = []
+    monkeypatch.setattr(cls, "stop_receive_message", lambda self: calls.append(("stop", len(self.queue))))
+    monkeypatch.setattr(transport, "flush_mqtt", lambda manager, timeout_s: (calls.append(("flush", len(manager.queue))),
+                                                                              manager.queue.clear()))
+    transport.use_flushing_mqtt_stop()
+    transport.use_flushing_mqtt_stop()  # idempotent: one flush per stop
+    manager = SimpleNamespace(queue=["FINISHED"])
+    cls.stop_receive_message(manager).join(timeout=10)  # deferred: FedML calls it inside paho's callback
+    assert calls == [("flush", 1), ("stop", 0)]
 
 
 def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():

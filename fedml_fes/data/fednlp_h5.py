@@ -10,6 +10,10 @@ Layout (FedNLP `data/raw_data_loader/base` and `data_manager/base_data_manager.p
   `uniform`, holding `n_clients`, `alpha` (or `beta`) and `partition_data/<client>/train` and
   `.../test`: arrays of data-file indices.
 
+Texts are imported and exported exactly as stored (UTF-8, whitespace and all), so a FedNLP
+file read and written back holds the same bytes; the other readers' whitespace clean-up does
+not apply here.
+
 FeS extensions that FedNLP ignores: `X_b/<index>` for the second text of pairs (NLI), and
 per client `partition_data/<client>/gold` (indices carrying gold labels) plus the gold
 settings as group attributes.
@@ -37,6 +41,7 @@ def _h5py() -> Any:
 
 
 def _text(value: Any) -> str:
+    """A stored string as it is: UTF-8 bytes decoded, no whitespace touched."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -114,18 +119,19 @@ def _split(f: Any, ids: list[int], classes: tuple[str, ...], path: Path, which: 
         x, y = _read_str(gx, key), _read_str(gy, key)
         if x is None or y is None:
             raise FesError(f"{path}: index {i} of {which} has no X/{key} or Y/{key}")
-        text, label = " ".join(x.split()), y.strip()
-        if not text:
+        # texts exactly as stored (FedNLP's bytes): nothing stripped or collapsed
+        label = y if y in index else y.strip()
+        if not x.strip():
             raise FesError(f"{path}: X/{key} is empty text")
         if label not in index:
             raise FesError(f"{path}: Y/{key} label {label!r} is not in attributes.label_vocab")
-        texts.append(text)
+        texts.append(x)
         labels[n] = index[label]
         if gb is not None:
             b = _read_str(gb, key)
             if b is None:
                 raise FesError(f"{path}: index {i} of {which} has no X_b/{key}")
-            texts_b.append(" ".join(b.split()))
+            texts_b.append(b)
     return LabeledTexts(tuple(texts), labels, classes, tuple(texts_b) if gb is not None else None)
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from fedml_fes.config import METHODS, FesConfig, apply_overrides, config_from_dict, read_sections
+from fedml_fes.config import (METHODS, FesConfig, apply_overrides, config_from_dict, read_sections,
+                               resolve_override_paths)
 from fedml_fes.errors import FesError
 
 PRESETS = ("smoke", "cpu", "paper")
@@ -64,7 +65,7 @@ def preset_path(preset: str) -> Path:
         p = root / "run_configs" / "bench" / f"{preset}.yaml"
         if p.is_file():
             return p
-    raise FesError(f"preset file run_configs/bench/{preset}.yaml not found (run from the repository root)")
+    raise FesError(f"preset file run_configs/bench/{preset}.yaml not found (in ./run_configs/bench or {REPO})")
 
 
 def _bench_args(raw: Any, source: str) -> BenchArgs:
@@ -113,6 +114,9 @@ def load_bench(path: str | Path, overrides: Mapping[str, Any] | None = None,
     if not isinstance(bench_raw, Mapping):
         raise FesError(f"{p}: bench_args must be a mapping")
     args = _bench_args({**bench_raw, **(bench_overrides or {})}, str(p))
+    # paths in the file's method_overrides resolve against its folder, like its sections' paths
+    args.method_overrides = {m: resolve_override_paths(changes, p.absolute().parent)
+                             for m, changes in args.method_overrides.items()}
     base = config_from_dict(copy.deepcopy(raw), source=str(p))
     plan = BenchPlan(str(p), args, raw, base)
     for m, s in plan.run_names():  # every run's config is valid before anything runs

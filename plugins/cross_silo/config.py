@@ -176,8 +176,9 @@ def read_ipconfig(path: str) -> dict[int, GrpcPeer]:
     eid must equal rank; a rank missing from the file would silently become 0.0.0.0:8890+rank."""
     p = Path(path)
     if not p.is_file():
-        raise FesError(f"comm_args.grpc_ipconfig_path: file not found: {path} (relative paths are from the "
-                       f"current directory; layout: {','.join(IPCONFIG_COLUMNS)})")
+        raise FesError(f"comm_args.grpc_ipconfig_path: file not found: {path} (a relative path in a config file "
+                       f"is from the file's folder, one given with --set from the current directory; "
+                       f"layout: {','.join(IPCONFIG_COLUMNS)})")
     with p.open(newline="") as f:
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]

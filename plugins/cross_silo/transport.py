@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import pickle
 import queue
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +33,7 @@ from fedml.core.distributed.communication.message import Message
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 600.0  # one message, payload included, on the slowest link we support
+MQTT_FLUSH_S = 15.0  # the last QoS 2 messages (FINISHED) leave well within this on any broker we support
 
 
 def fedml_args(cfg: FesConfig, settings: CrossSiloSettings, rank: int) -> SimpleNamespace:
@@ -136,3 +138,31 @@ def flush_mqtt(com_manager: Any, timeout_s: float = 3.0) -> None:
     deadline = time.monotonic() + timeout_s
     while len(pending) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def use_flushing_mqtt_stop() -> None:
+    """FedML 0.9.6's silo says FINISHED and disconnects at once
+    (`cross_silo/client/fedml_client_master_manager.py:162-165`): the status is published at
+    QoS 2 without waiting (`mqtt_s3/mqtt_s3_multi_clients_comm_manager.py:248`) and
+    `stop_receive_message` (lines 334-337) stops paho's loop and disconnects, all inside
+    paho's message callback, so the QoS 2 handshake never completes, the broker never
+    releases the status, and the server, which ends only once every silo said FINISHED
+    (`cross_silo/server/fedml_server_manager.py:146-164`), waits forever. The stop is
+    deferred to a thread that lets paho's loop (running again once the callback returns)
+    drain the outgoing queue (bounded, `flush_mqtt`) and then runs FedML's stop."""
+    from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
+    cls = mqtt_s3.MqttS3MultiClientsCommManager
+    original = cls.stop_receive_message
+    if getattr(original, "fes_flushes", False):
+        return
+
+    def stop_receive_message(self) -> threading.Thread:
+        def flush_then_stop() -> None:
+            flush_mqtt(self, timeout_s=MQTT_FLUSH_S)
+            original(self)
+        worker = threading.Thread(target=flush_then_stop, name="fes-mqtt-stop")  # not a daemon: it must run
+        worker.start()
+        return worker
+
+    stop_receive_message.fes_flushes = True
+    cls.stop_receive_message = stop_receive_message
