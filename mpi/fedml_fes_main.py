@@ -11,6 +11,10 @@ process per rank, all with the same run directory:
 
     python mpi/fedml_fes_main.py --cf C.yaml --run-dir runs/x --rank 0    # server
     python mpi/fedml_fes_main.py --cf C.yaml --run-dir runs/x --rank 1    # silo 1 (and so on)
+
+Over FedML's MQTT_S3 backend (comm_args.backend: MQTT_S3, comm_args.silo_num, your broker
+and bucket in comm_args.customized_training_mqtt_config / customized_training_s3_config)
+start ranks 0..silo_num the same way.
  Rank 0 is the server, ranks 1..N-1 are
 silos that play the FeS clients the server's plan gives them. Results land in the run
 directory it prints (metrics.csv, summary.json), as for `fedml-fes run`.

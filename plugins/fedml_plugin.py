@@ -181,7 +181,9 @@ def init(argv: list[str] | None = None) -> Any:
 
     MPI backend (`mpirun -np 1+N`): rank 0 makes the run directory and shares it. gRPC
     backend (`comm_args.backend: GRPC`, one process per rank from FedML's ipconfig CSV,
-    `comm_args.grpc_ipconfig_path`): every process gets `--rank` and the same `--run-dir`.
+    `comm_args.grpc_ipconfig_path`) and MQTT_S3 (`comm_args.silo_num` silos, the broker and
+    bucket in `comm_args.customized_training_*_config`): every process gets `--rank` and
+    the same `--run-dir`.
     Bad input ends the process with one line and exit code 1 (under mpirun: from rank 0,
     every rank reads the same config, and every rank ends), never a traceback."""
     try:

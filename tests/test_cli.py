@@ -1,4 +1,5 @@
 """The fedml-fes command as a user runs it."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,50 @@ def test_run_prints_rounds_and_run_dir(tmp_path, tiny_model_dir):
     assert '"status": "completed"' in out.stdout
     run_dir = Path(out.stdout.split("run directory:")[1].split()[0])
     assert (run_dir / "accuracy.png").stat().st_size > 5_000  # every run plots its curve
+
+
+def _on_a_terminal(argv: list[str], cols: int = 120, timeout_s: float = 300) -> tuple[int, str]:
+    """Run `argv` with stdin/stdout/stderr on a pseudo-terminal `cols` wide (a 0-column pty
+    would make tqdm draw empty bars); returns the exit code and everything it wrote."""
+    import fcntl
+    import select
+    import struct
+    import termios
+    import time
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    out, deadline = bytearray(), time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out.extend(chunk)
+            elif proc.poll() is not None:
+                break
+        return proc.wait(timeout=30), out.decode(errors="replace")
+    finally:
+        proc.kill()
+        os.close(master)
+
+
+@pytest.mark.parametrize("no_progress", [True, False])
+def test_progress_bar_on_a_terminal_and_none_with_no_progress(tmp_path, tiny_model_dir, no_progress):
+    """On a terminal a run shows its bar; with --no-progress only plain lines, no bar of ours
+    and none of transformers' ("Loading weights", "Writing model shards")."""
+    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
+    code, text = _on_a_terminal([*CLI, "run", "--cf", str(cf), "--set", "train_args.comm_round=2"]
+                                + (["--no-progress"] if no_progress else []))
+    assert code == 0 and "round   1: test_acc=" in text, text[-2000:]
+    bars = [m for m in ("%|", "round/s]", "s/round]", "Loading weights", "model shards") if m in text]
+    assert (bars == []) == no_progress, (bars, text[-2000:])
 
 
 @pytest.mark.slow
