@@ -1,5 +1,6 @@
 """The fedml-fes command as a user runs it."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,8 @@ def test_demo_compares_fes_with_the_baselines(tmp_path):
     text = out.stdout
     assert "--- FedCLS" in text and "--- FedFSL" in text and "--- FeS" in text
     assert "building the MLM head first" in text and "note: FedCLS learns from gold labels only" in text
-    table = [line.split() for line in text.splitlines() if line.split()[:1] in (["FedCLS"], ["FedFSL"], ["FeS"])]
+    assert "FeS vs FedFSL: " in text and "x less upload" in text
+    table = [line.split() for line in text.splitlines() if re.match(r"(FedCLS|FedFSL|FeS) +[\d.]+ ", line)]
     assert [row[0] for row in table] == ["FedCLS", "FedFSL", "FeS"] and all(0 <= float(r[1]) <= 1 for r in table)
     demo_dir = next((tmp_path / "runs").glob("demo-*"))
     assert (demo_dir / "demo.png").stat().st_size > 10_000 and f"plot:  {demo_dir / 'demo.png'}" in text

@@ -8,8 +8,13 @@ number the tables would not.
 """
 from __future__ import annotations
 
+import atexit
 import csv
 import math
+import os
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -76,10 +81,23 @@ def run_curve(run_dir: str | Path, device: str = DEFAULT_DEVICE) -> Curve:
                  [hours[r] for r in rounds] if hours else [], [run.accuracy[r] for r in rounds])
 
 
-def _axes(n: int):
+def _pyplot():
+    """matplotlib (Agg) with its font cache in a temporary folder of this process (removed at
+    exit) rather than in the user's home: a run writes nothing outside its output folders.
+    An explicit MPLCONFIGDIR, or matplotlib already imported by the caller, wins. (Building
+    the font cache takes about a second, once per process.)"""
+    if "matplotlib" not in sys.modules and not os.environ.get("MPLCONFIGDIR"):
+        folder = tempfile.mkdtemp(prefix="fes-matplotlib-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["MPLCONFIGDIR"] = folder
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _axes(n: int):
+    plt = _pyplot()
     fig, axes = plt.subplots(1, n, figsize=(4.6 * n, 3.8))
     return plt, fig, list(axes) if n > 1 else [axes]
 
