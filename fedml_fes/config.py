@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,8 @@ METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes
            "fes_no_dc", "fedbert_mlm")
 DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "custom", "hf",
             "fednlp_h5")
+# the names users also type (HF's dataset ids, the paper's short names) for the built-in readers
+DATASET_ALIASES = {"ag_news": "agnews", "yelp_full": "yelp_review_full", "yahoo": "yahoo_answers"}
 PARTITIONS = ("uniform", "niid_label", "niid_quantity", "fednlp_h5")
 
 
@@ -117,6 +120,12 @@ class TrainConfig:
     weight_decay: float = 0.0
     eval_batch_size: int = 64
     frequency_of_the_test: int = 1
+    # Robust aggregation: with >= 3 valid updates in an aggregation, one whose change (update
+    # minus the current global model, L2 norm over all trainable tensors) is more than this
+    # many times the median change of those updates is rejected and logged, never averaged.
+    # 0: off (the absolute bound still applies: a change over 1e6 x the global's norm is always
+    # rejected). See fedml_fes/tuning/params.py screen_updates.
+    robust_norm_factor: float = 10.0
 
 
 @dataclass
@@ -445,6 +454,7 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> FesConfi
     if not isinstance(raw, Mapping):
         raise FesError(f"{source}: expected a mapping of sections (common_args, data_args, ...)")
     cfg = FesConfig(source=source)
+    given: set[str] = set()
     section_names = [f.name for f in _sections()]
     for sec_name, sec_values in raw.items():
         if sec_name not in section_names:
@@ -460,7 +470,8 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> FesConfi
                 raise _unknown(str(key), known, "config key", f"{source} section '{sec_name}'")
             where = f"{sec_name}.{key}"
             setattr(section, key, _coerce(value, getattr(section, key), where))
-    validate(cfg)
+            given.add(where)
+    validate(cfg, given)
     return cfg
 
 
@@ -568,11 +579,16 @@ def read_sections(path: str | os.PathLike, overrides: Mapping[str, Any] | None =
     if not p.is_file():
         raise FesError(f"config file not found: {p} (pass --cf run_configs/<name>.yaml)")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark else ""
         raise FesError(f"{p}:{at} is not valid YAML ({getattr(e, 'problem', e)})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise FesError(f"cannot read config file {p}: {getattr(e, 'strerror', None) or e}") from None
+    if raw is None or raw == {}:
+        raise FesError(f"{p} is empty: a run config names its sections (common_args, data_args, model_args, "
+                       f"train_args, ...); see run_configs/*.yaml")
     if not isinstance(raw, dict):
         raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
     raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
@@ -632,16 +648,52 @@ def _validate_csv_options(d: DataConfig) -> None:
                                f"numbers (the file has no header naming them), got {bad[0]!r}")
 
 
-def validate(cfg: FesConfig) -> None:
-    """Value checks that the type coercion cannot express."""
+def _validate_numbers(cfg: FesConfig) -> None:
+    """Every float key finite (`.inf`, `.nan` or "1e999" fail here, naming the key, not at the
+    first aggregation): a non-finite rate, timeout or bound has no meaning anywhere."""
+    for sec in _sections():
+        section = getattr(cfg, sec.name)
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise FesError(f"config key '{sec.name}.{f.name}' must be a finite number, got {value}")
+
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def validate_mlm(m: MlmConfig) -> None:
+    """mlm_args' values (the federated MLM build), one error line each."""
+    _check(0 < m.mask_probability < 1, f"mlm_args.mask_probability must be in (0, 1), got {m.mask_probability}")
+    _check(m.local_steps >= 1, f"mlm_args.local_steps must be >= 1, got {m.local_steps}")
+    _check(m.heldout_texts >= 1, f"mlm_args.heldout_texts must be >= 1 (test texts for masked-token accuracy), "
+                                 f"got {m.heldout_texts}")
+    _check(m.lr_schedule in LR_SCHEDULES,
+           f"mlm_args.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got '{m.lr_schedule}'")
+    _check(0 <= m.warmup_fraction < 1, f"mlm_args.warmup_fraction must be in [0, 1), got {m.warmup_fraction}")
+    _check(0 <= m.train_mask_probability < 1, f"mlm_args.train_mask_probability must be in [0, 1) "
+                                              f"(0: mask_probability), got {m.train_mask_probability}")
+    _check(m.train_vocab >= 0, f"mlm_args.train_vocab must be >= 0 (0: the whole vocabulary), got {m.train_vocab}")
+    _check(m.dropout == -1 or 0 <= m.dropout < 1,
+           f"mlm_args.dropout must be in [0, 1) or -1 (the model's own), got {m.dropout}")
+
+
+def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -> None:
+    """Value checks that the type coercion cannot express. `given`: the 'section.key's the
+    config set itself (None: all); a default that does not fit is adjusted, not an error."""
     d, t, c = cfg.data, cfg.train, cfg.common
+    _validate_numbers(cfg)
     _check(c.training_type in ("simulation", "cross_silo"),
            f"common_args.training_type must be simulation or cross_silo, got '{c.training_type}'")
-    _check(c.torch_threads >= 0, "common_args.torch_threads must be >= 0 (0 = torch default)")
-    _check(d.dataset in DATASETS, f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)}")
+    _check(c.random_seed >= 0, f"common_args.random_seed must be >= 0, got {c.random_seed}")
+    _check(c.torch_threads >= 0, f"common_args.torch_threads must be >= 0 (0 = torch default), got {c.torch_threads}")
+    d.dataset = DATASET_ALIASES.get(d.dataset, d.dataset)
+    _check(d.dataset in DATASETS, f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)} "
+                                  f"(also: {', '.join(DATASET_ALIASES)})")
     _check(d.partition_method in PARTITIONS,
            f"data_args.partition_method must be one of {', '.join(PARTITIONS)}, got '{d.partition_method}'")
-    _check(d.client_num_in_total >= 1, "data_args.client_num_in_total must be >= 1")
+    _check(d.client_num_in_total >= 1, f"data_args.client_num_in_total must be >= 1, got {d.client_num_in_total}")
     _check(d.partition_alpha > 0, f"data_args.partition_alpha must be > 0, got {d.partition_alpha}")
     _check(d.partition_beta > 0, f"data_args.partition_beta must be > 0, got {d.partition_beta}")
     for key in ("text_columns", "text_b_columns", "classes"):  # a YAML list or "a, b"
@@ -660,47 +712,71 @@ def validate(cfg: FesConfig) -> None:
            "partition_method fednlp_h5 needs dataset fednlp_h5 and data_args.fednlp_partition_file")
     _check(d.partition_method != "fednlp_h5" or d.max_train_examples == 0,
            "data_args.max_train_examples must be 0 with partition_method fednlp_h5 (the file names every example)")
+    for key in ("max_train_examples", "max_test_examples"):
+        _check(getattr(d, key) >= 0, f"data_args.{key} must be >= 0 (0: all), got {getattr(d, key)}")
     _check(d.gold_sparsity > 0, f"data_args.gold_sparsity must be > 0, got {d.gold_sparsity}")
-    _check(d.gold_labels >= 0, "data_args.gold_labels must be >= 0")
+    _check(d.gold_labels >= 0, f"data_args.gold_labels must be >= 0, got {d.gold_labels}")
     _check(0 <= d.gold_clients <= d.client_num_in_total,
-           f"data_args.gold_clients must be between 0 and client_num_in_total ({d.client_num_in_total})")
-    _check(0 < d.test_fraction < 1, "data_args.test_fraction must be in (0, 1)")
+           f"data_args.gold_clients must be between 0 and client_num_in_total ({d.client_num_in_total}), "
+           f"got {d.gold_clients}")
+    _check(0 < d.test_fraction < 1, f"data_args.test_fraction must be in (0, 1), got {d.test_fraction}")
     _check(t.method in METHODS, f"train_args.method '{t.method}' is not one of {', '.join(METHODS)}")
     _check(t.federated_optimizer == "FedAvg",
            f"train_args.federated_optimizer '{t.federated_optimizer}' is not supported (FedAvg)")
-    _check(t.comm_round >= 1, "train_args.comm_round must be >= 1")
-    _check(t.client_num_per_round >= 1, "train_args.client_num_per_round must be >= 1")
-    _check(t.epochs >= 1, "train_args.epochs must be >= 1")
-    _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "train_args batch sizes must be >= 1")
-    _check(t.learning_rate > 0, "train_args.learning_rate must be > 0")
-    _check(t.frequency_of_the_test >= 1, "train_args.frequency_of_the_test must be >= 1")
-    _check(cfg.model.max_seq_length >= 8, "model_args.max_seq_length must be >= 8")
+    _check(t.comm_round >= 1, f"train_args.comm_round must be >= 1, got {t.comm_round}")
+    _check(t.client_num_per_round >= 1, f"train_args.client_num_per_round must be >= 1, got {t.client_num_per_round}")
+    if t.client_num_per_round > d.client_num_in_total:
+        if given is None or "train_args.client_num_per_round" in given:
+            raise FesError(f"train_args.client_num_per_round is {t.client_num_per_round}, more than the "
+                           f"{d.client_num_in_total} clients of data_args.client_num_in_total")
+        t.client_num_per_round = d.client_num_in_total  # the default (4) on fewer clients: all of them
+    _check(t.epochs >= 1, f"train_args.epochs must be >= 1, got {t.epochs}")
+    _check(t.batch_size >= 1, f"train_args.batch_size must be >= 1, got {t.batch_size}")
+    _check(t.eval_batch_size >= 1, f"train_args.eval_batch_size must be >= 1, got {t.eval_batch_size}")
+    _check(t.learning_rate > 0, f"train_args.learning_rate must be > 0, got {t.learning_rate}")
+    _check(t.weight_decay >= 0, f"train_args.weight_decay must be >= 0, got {t.weight_decay}")
+    _check(t.frequency_of_the_test >= 1,
+           f"train_args.frequency_of_the_test must be >= 1, got {t.frequency_of_the_test}")
+    _check(t.robust_norm_factor == 0 or t.robust_norm_factor >= 1,
+           f"train_args.robust_norm_factor must be 0 (off) or >= 1 (x the median update change), "
+           f"got {t.robust_norm_factor}")
+    _check(cfg.model.max_seq_length >= 8, f"model_args.max_seq_length must be >= 8, got {cfg.model.max_seq_length}")
     _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
-    _check(0 < cfg.mlm.mask_probability < 1, "mlm_args.mask_probability must be in (0, 1)")
-    _check(cfg.mlm.local_steps >= 1, "mlm_args.local_steps must be >= 1")
+    validate_mlm(cfg.mlm)
     _check(not cfg.tracking_args.enable_wandb,
            "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
+    level = str(cfg.tracking_args.log_level).upper()
+    _check(level in LOG_LEVELS,
+           f"tracking_args.log_level must be one of {', '.join(LOG_LEVELS)}, got '{cfg.tracking_args.log_level}'")
+    cfg.tracking_args.log_level = level
+    _check(cfg.device_args.gpu_id >= 0, f"device_args.gpu_id must be >= 0, got {cfg.device_args.gpu_id}")
     _check(cfg.model.tuning in ("full", "bias", "plan"),
            f"model_args.tuning must be full, bias or plan, got '{cfg.model.tuning}'")
     tu = cfg.tuning
     _check(tu.full_layers >= 0 and tu.bias_layers >= -1,
-           "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third)")
+           "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third), "
+           f"got {tu.full_layers} and {tu.bias_layers}")
     fl = cfg.filter
     _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
     _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
     _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
     _check(cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
-           "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args)")
+           "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args), "
+           f"got {cfg.pseudo.warmup_learning_rate} and {cfg.pseudo.warmup_epochs}")
     _check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
     _check(0 <= fl.candidate_fraction <= 1,
            f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}")
     cfg.prompt.verbalizer = {k: str(v) for k, v in cfg.prompt.verbalizer.items()}  # words, even `yes: 1`
     pa = cfg.pacing
     _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
-    _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100, "pacing_args: f and n must be >= 1, k in (0, 100]")
-    _check(pa.trial_rounds >= 1 and pa.top >= 1 and pa.parallel_trials >= 1,
-           "pacing_args.trial_rounds, top and parallel_trials must be >= 1")
-    _check(pa.infer_latency_s > 0 and pa.train_latency_s > 0, "pacing_args latencies must be > 0")
+    _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100,
+           f"pacing_args: f and n must be >= 1, k in (0, 100], got f {pa.f}, n {pa.n}, k {pa.k}")
+    for key in ("trial_rounds", "top", "parallel_trials"):
+        _check(getattr(pa, key) >= 1, f"pacing_args.{key} must be >= 1, got {getattr(pa, key)}")
+    for key in ("infer_latency_s", "train_latency_s", "eta"):
+        _check(getattr(pa, key) > 0, f"pacing_args.{key} must be > 0, got {getattr(pa, key)}")
+    _check(pa.theta >= 0, f"pacing_args.theta must be >= 0, got {pa.theta}")
+    _check(pa.val_examples >= 0, f"pacing_args.val_examples must be >= 0 (0: all gold labels), got {pa.val_examples}")
     if pa.grid is not None and not isinstance(pa.grid, list):
         raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")
     _check(pa.grid is None or len(pa.grid) > 0,
@@ -708,21 +784,21 @@ def validate(cfg: FesConfig) -> None:
     from .pseudo.pacing import parse_grid  # one error line for a malformed entry
     parse_grid(pa.grid)
     p = cfg.pseudo
-    _check(p.start_round >= 0, "pseudo_args.start_round must be >= 0")
-    _check(p.label_every >= 1 and p.label_clients >= 1 and p.per_pass >= 1,
-           "pseudo_args.label_every, label_clients and per_pass must be >= 1")
-    _check(0 <= p.confidence_threshold < 1, "pseudo_args.confidence_threshold must be in [0, 1)")
+    _check(p.start_round >= 0, f"pseudo_args.start_round must be >= 0, got {p.start_round}")
+    for key in ("label_every", "label_clients", "per_pass"):
+        _check(getattr(p, key) >= 1, f"pseudo_args.{key} must be >= 1, got {getattr(p, key)}")
+    _check(0 <= p.confidence_threshold < 1,
+           f"pseudo_args.confidence_threshold must be in [0, 1), got {p.confidence_threshold}")
     _check(p.class_balance in ("none", "gold", "predicted"),
            f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'")
-    _check(cfg.prompt.pattern_id >= 0, "prompt_args.pattern_id must be >= 0")
+    _check(cfg.prompt.pattern_id >= 0, f"prompt_args.pattern_id must be >= 0, got {cfg.prompt.pattern_id}")
     _check(bool(cfg.prompt.pattern) == bool(cfg.prompt.verbalizer),
            "prompt_args.pattern and prompt_args.verbalizer go together: set both or neither")
     if cfg.prompt.pattern:
         from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
         split_pattern(cfg.prompt.pattern)
-    _check(cfg.comm.silo_num >= 0, "comm_args.silo_num must be >= 0")
-    for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s"):
+    _check(cfg.comm.silo_num >= 0, f"comm_args.silo_num must be >= 0, got {cfg.comm.silo_num}")
+    for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s", "worker_timeout_s"):
         _check(getattr(cfg.comm, key) > 0, f"comm_args.{key} must be > 0, got {getattr(cfg.comm, key)}")
-    _check(cfg.comm.worker_timeout_s > 0, "comm_args.worker_timeout_s must be > 0")
     from .cost.settings import validate_cost  # one error line naming the key or the profile
     validate_cost(cfg.cost)

@@ -45,6 +45,40 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+# models whose position ids start after the padding index (RoBERTa: 514 embeddings, 512 tokens)
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text",
+                     "xmod", "roberta-prelayernorm", "ibert")
+
+
+def max_positions(name: str) -> tuple[int | None, str]:
+    """The longest input the model `name` can embed, read from its config.json without loading
+    weights, and where that number comes from; (None, "") when the config has no absolute limit
+    or cannot be read here (a hub id offline: loading it reports that)."""
+    path = resolve_model_path(name)
+    where = str(Path(path) / "config.json")
+    try:
+        if Path(path).is_dir():
+            import json
+            config = json.loads((Path(path) / "config.json").read_text())
+        else:
+            from transformers import AutoConfig
+            with _quiet_transformers():
+                config = AutoConfig.from_pretrained(path, local_files_only=True).to_dict()  # no network wait
+            where = f"{name}'s config"
+    except Exception:  # unreadable here: the model load names the problem
+        return None, ""
+    if not isinstance(config, dict) or config.get("position_biased_input") is False:
+        return None, ""  # relative positions only (DeBERTa-v2/v3): no absolute table to overrun
+    limit = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len")
+                  if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
+    if limit is None:
+        return None, ""
+    pad = config.get("pad_token_id")
+    if config.get("model_type") in _OFFSET_POSITIONS and isinstance(pad, int) and 0 <= pad < limit:
+        limit -= pad + 1
+    return limit, where
+
+
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """Silence the 'newly initialized weights' report: new heads are expected here."""

@@ -122,3 +122,9 @@ def test_run_folder_of_a_custom_dataset_uses_its_file(tmp_path, monkeypatch):
                   "  label_column: y\ncommon_args:\n  output_dir: out\n")
     monkeypatch.chdir(tmp_path)
     assert make_run_dir(load_config(cf)).name.startswith("fedcls-spam-s0-")
+
+
+@pytest.mark.parametrize("typed, dataset", [("ag_news", "agnews"), ("agnews", "agnews"), ("yelp_full", "yelp_review_full"),
+                                            ("yahoo", "yahoo_answers"), ("yahoo_answers", "yahoo_answers")])
+def test_dataset_names_users_type(typed, dataset):
+    assert config_from_dict({"data_args": {"dataset": typed, "data_dir": "/data"}}).data.dataset == dataset

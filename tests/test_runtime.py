@@ -77,6 +77,35 @@ def test_invalid_updates_are_rejected_not_averaged(tmp_path, tiny_model_dir):
     assert "non-finite" in (run_dir / "events.log").read_text()
 
 
+def test_round_server_rejects_a_huge_update_names_the_client_and_keeps_the_model_if_all_fail(tmp_path,
+                                                                                             tiny_model_dir):
+    from collections import OrderedDict
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
+    run_dir = make_run_dir(cfg)
+    job = build_job(cfg, "both", run_dir)
+    server = RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc"))
+    glob = server.global_params()
+
+    def nudged(seed, scale=1e-3):
+        g = torch.Generator().manual_seed(seed)
+        return OrderedDict((k, v + scale * torch.randn(v.shape, generator=g)) for k, v in glob.items())
+    huge = OrderedDict((k, torch.full_like(v, 1e30)) for k, v in glob.items())  # finite, far out of line
+    row = server.finish_round(0, [ClientUpdate(0, 1, nudged(1), 2.0), ClientUpdate(0, 4, huge, 9.0),
+                                  ClientUpdate(0, 5, nudged(5), 1.0), ClientUpdate(0, 6, nudged(6), 1.0)])
+    assert row["clients"] == [1, 5, 6] and row["updates_accepted"] == 3
+    events = (run_dir / "events.log").read_text()
+    assert "round 0: rejected update from client 4 is out of" in events
+    from fedml_fes.report.client_costs import read_client_costs
+    flags = {r["client_id"]: r["accepted"] for r in read_client_costs(run_dir)}
+    assert flags["4"] == "0" and flags["1"] == "1"  # its cost still counts, flagged rejected
+    assert max(float(v.abs().max()) for v in server.global_params().values()) < 1e3
+    before = server.global_params()
+    with pytest.raises(FesError, match="round 1: no valid client update to aggregate"):
+        server.finish_round(1, [ClientUpdate(1, 2, huge, 1.0)])
+    assert all(torch.equal(before[k], v) for k, v in server.global_params().items())
+    assert "round 1: rejected update from client 2 is out of bounds" in (run_dir / "events.log").read_text()
+
+
 @pytest.mark.slow
 def test_fedbert_mlm_builds_cache_and_second_run_reuses_it(tmp_path, tiny_model_dir):
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedbert_mlm", "comm_round": 2,

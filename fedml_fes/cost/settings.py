@@ -6,6 +6,7 @@ that carry no profile files.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import FesError
@@ -34,8 +35,8 @@ def validate_cost(c) -> None:
             v = float(x)
         except (TypeError, ValueError):
             raise FesError(f"cost_args.bandwidth_sweep entries must be numbers (MB/s), got {x!r}") from None
-        if not v > 0:
-            raise FesError(f"cost_args.bandwidth_sweep entries must be > 0 MB/s, got {v:g}")
+        if not (v > 0 and math.isfinite(v)):
+            raise FesError(f"cost_args.bandwidth_sweep entries must be > 0 MB/s and finite, got {v:g}")
         sweep.append(v)
     c.bandwidth_sweep = sorted(set(sweep))
     if c.convergence_tail < 1:

@@ -21,14 +21,13 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..config import LR_SCHEDULES
 from ..errors import FesError
 from ..models import mlm_head
 from ..prompt.classifier import encode
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-LR_SCHEDULES = ("constant", "linear", "cosine")
 
 
 def sentence_chunks(texts: Sequence[str], min_words: int = 4) -> list[str]:
@@ -232,19 +231,9 @@ def build_steps(cfg) -> tuple[int, int]:
 
 
 def check_mlm_settings(cfg) -> None:
-    """mlm_args keys that config validation does not know about, one error line each."""
-    m = cfg.mlm
-    if m.lr_schedule not in LR_SCHEDULES:
-        raise FesError(f"mlm_args.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got '{m.lr_schedule}'")
-    if not 0 <= m.warmup_fraction < 1:
-        raise FesError(f"mlm_args.warmup_fraction must be in [0, 1), got {m.warmup_fraction}")
-    if not 0 <= m.train_mask_probability < 1:
-        raise FesError(f"mlm_args.train_mask_probability must be in [0, 1) (0: mask_probability), "
-                       f"got {m.train_mask_probability}")
-    if m.train_vocab < 0:
-        raise FesError(f"mlm_args.train_vocab must be >= 0 (0: the whole vocabulary), got {m.train_vocab}")
-    if not (m.dropout == -1 or 0 <= m.dropout < 1):
-        raise FesError(f"mlm_args.dropout must be in [0, 1) or -1 (the model's own), got {m.dropout}")
+    """mlm_args' values, one error line each (config validation runs the same checks)."""
+    from ..config import validate_mlm
+    validate_mlm(cfg.mlm)
 
 
 def set_dropout(model: nn.Module, p: float) -> None:

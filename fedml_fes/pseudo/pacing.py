@@ -57,12 +57,12 @@ def parse_grid(entries: list | None) -> list[Pacing]:
         raise FesError("pacing_args.grid is an empty configuration list")
     out = []
     for e in entries:
-        parts = [x.strip() for x in e.split(",")] if isinstance(e, str) else list(e)
         try:
+            parts = [x.strip() for x in e.split(",")] if isinstance(e, str) else list(e)
             f, n, k = int(parts[0]), int(parts[1]), float(parts[2])
             if len(parts) != 3 or f < 1 or n < 1 or not 0 < k <= 100:
                 raise ValueError
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, TypeError, OverflowError):  # 5, [1, x], '1,2,nan', [inf, 2, 3]
             raise FesError(f"pacing_args.grid entry {e!r} must be 'f,n,k' with f, n >= 1 and 0 < k <= 100") from None
         out.append(Pacing(f, n, k))
     return out

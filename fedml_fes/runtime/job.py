@@ -19,8 +19,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..config import FesConfig, resolve_paths
 from ..data.federated import FederatedData, LabelOracle, build_federated_data
 from ..models import load_tokenizer
+from ..errors import FesError
 from ..pseudo.store import ClientStore
 from .methods import Method, get_method
+from .rundir import lock_run_dir
 
 
 @dataclass
@@ -60,12 +62,24 @@ def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
 
 
 def check_before_run(cfg: FesConfig) -> None:
-    """What can fail without loading a model (the model path, the MLM build's config), checked
-    before a run directory is created so bad input leaves nothing behind."""
+    """What can fail without loading a model (the model path, max_seq_length against the
+    model's position table, the MLM build's config), checked before a run directory is created
+    so bad input leaves nothing behind."""
     from ..models import resolve_model_path
     from ..pretrain.source import mlm_build_config
     resolve_model_path(cfg.model.model)
+    check_seq_length(cfg)
     mlm_build_config(cfg)
+
+
+def check_seq_length(cfg: FesConfig) -> None:
+    """model_args.max_seq_length within what the model can embed (its config.json, no weights)."""
+    from ..models import max_positions
+    m = cfg.model
+    limit, where = max_positions(m.model)
+    if limit is not None and m.max_seq_length > limit:
+        raise FesError(f"model_args.max_seq_length is {m.max_seq_length}, more than the {limit} positions model "
+                       f"{m.model} can embed (max_position_embeddings in {where})")
 
 
 # file stems that say nothing about the data: the run is named after the folder instead
@@ -118,11 +132,25 @@ def default_run_name(cfg: FesConfig) -> str:
             f"{int(time.time() * 1e3) % 1000:03d}")
 
 
-def make_run_dir(cfg: FesConfig, run_dir: str | None = None) -> Path:
+def make_run_dir(cfg: FesConfig, run_dir: str | None = None, lock: bool = False) -> Path:
     """Create the run directory and store the resolved config in it: input paths absolute (a
     config file's were resolved when it was read; relative ones left, such as defaults, mean the
-    current directory), so the stored config names the same files wherever it is read."""
+    current directory), so the stored config names the same files wherever it is read.
+
+    `lock`: hold `<run_dir>/.lock` for the rest of this process (the process that owns the run),
+    taken before config.yaml is written: a second run into a live run's directory is refused
+    with one line and changes nothing there (`rundir.lock_run_dir`)."""
     path = Path(run_dir) if run_dir else Path(cfg.common.output_dir) / (cfg.common.run_name or default_run_name(cfg))
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.yaml").write_text(yaml.safe_dump(resolve_paths(cfg.to_dict(), Path.cwd()), sort_keys=False))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FesError(f"run directory {path} is a file, not a folder") from None
+    except OSError as e:
+        raise FesError(f"cannot create run directory {path}: {e.strerror or e}") from None
+    if lock:
+        lock_run_dir(path)
+    try:
+        (path / "config.yaml").write_text(yaml.safe_dump(resolve_paths(cfg.to_dict(), Path.cwd()), sort_keys=False))
+    except OSError as e:
+        raise FesError(f"cannot write in run directory {path}: {e.strerror or e}") from None
     return path

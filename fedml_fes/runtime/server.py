@@ -12,9 +12,10 @@ handlers. One round logic, several transports.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -26,9 +27,11 @@ from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
 from ..tuning.split import ActivationCache
 from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
-from ..tuning.params import fedavg, load_trainable, payload_bytes, trainable_state, validate_update
+from ..tuning.params import fedavg, load_trainable, payload_bytes, screen_updates, trainable_state, validate_update
 from .job import Job
 from .tasks import ClientTask, ClientUpdate, task_seed
+
+log = logging.getLogger(__name__)
 
 
 LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "inferred_fraction",
@@ -67,7 +70,8 @@ class AggregatorLike(Protocol):
 
     def on_before_aggregation(self, raw: list) -> tuple[list, list[int]]: ...
 
-    def aggregate(self, raw: list) -> "OrderedDict[str, torch.Tensor]": ...
+    def aggregate(self, raw: list, senders: list[str] | None = None, on_reject: Callable[[str], None] | None = None,
+                  reference: "OrderedDict[str, torch.Tensor] | None" = None) -> "OrderedDict[str, torch.Tensor]": ...
 
     def on_after_aggregation(self, params: "OrderedDict[str, torch.Tensor]") -> "OrderedDict[str, torch.Tensor]": ...
 
@@ -75,10 +79,19 @@ class AggregatorLike(Protocol):
 
 
 class FedAvgCore:
-    """FedAvg on trainable tensors plus evaluation; FedML's aggregator plugin delegates here."""
+    """FedAvg on trainable tensors plus evaluation; FedML's aggregator plugin delegates here.
 
-    def __init__(self, job: Job):
+    `aggregate` screens every update itself, whoever calls it (`tuning.params.screen_updates`:
+    tensor names, shapes, dtypes, finite values, a positive weight, and the absolute and
+    train_args.robust_norm_factor bounds on its change from the current global model). A
+    rejected update is logged with its sender and never averaged; when every one is rejected
+    the global model comes back unchanged. `last_rejected` holds the last call's
+    (index in raw, reason) pairs."""
+
+    def __init__(self, job: Job, norm_factor: float | None = None):
         self.job = job
+        self.norm_factor = job.cfg.train.robust_norm_factor if norm_factor is None else norm_factor
+        self.last_rejected: list[tuple[int, str]] = []
 
     def get_model_params(self):
         return trainable_state(self.job.model)
@@ -89,8 +102,28 @@ class FedAvgCore:
     def on_before_aggregation(self, raw):
         return raw, list(range(len(raw)))
 
-    def aggregate(self, raw):
-        return fedavg(raw)
+    def _live_params(self) -> "OrderedDict[str, torch.Tensor]":
+        """The model's trainable tensors as they are (no copy)."""
+        return OrderedDict((n, p.detach()) for n, p in self.job.model.named_parameters() if p.requires_grad)
+
+    def aggregate(self, raw, senders: list[str] | None = None, on_reject: Callable[[str], None] | None = None,
+                  reference=None):
+        """FedAvg of the entries of `raw` ((weight, tensors) pairs) that pass the screen.
+        `senders` names them (FedML's hook passes none: 'entry <i>'); each rejection's reason
+        goes to `on_reject` (the round server: events.log), else to this module's log.
+        `reference`: the current global tensors the changes are measured from (the round
+        server passes the global it sent; the in-process trainer shares this model, so after
+        training it holds the last client's tensors); default: the model's own."""
+        reference = self._live_params() if reference is None else reference
+        kept, self.last_rejected = screen_updates(raw, reference, senders, self.norm_factor)
+        for _i, reason in self.last_rejected:
+            if on_reject is not None:
+                on_reject(reason)
+            else:
+                log.warning("rejected %s", reason)
+        if not kept:  # nothing to average: the global as it was
+            return OrderedDict((k, v.detach().to("cpu", copy=True)) for k, v in reference.items())
+        return fedavg([raw[i] for i in kept])
 
     def on_after_aggregation(self, params):
         return params
@@ -125,6 +158,9 @@ class RoundServer:
         self.initial = self.aggregator.test(job.data.test, job.device, self.cfg.flat_args())
         self.last_test = _class_details(self.initial)  # per-class accuracy, confusion, majority rate
         self.last_scores = {k: v for k, v in self.initial.items() if k not in CLASS_DETAILS}
+        # the global tensors as last set here (clients may train on the same model object in
+        # process): what updates are checked against and measured from
+        self._global = self.global_params()
         self._setup_pacing()
 
     def _setup_pacing(self) -> None:
@@ -301,37 +337,61 @@ class RoundServer:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
         return accepted
 
-    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference) -> None:
-        """Each running trial's group updates, averaged into a throw-away model: its gain over
-        the global model on the gold validation set feeds the trial's AUG-E."""
+    def _aggregate(self, round_idx: int, updates: list[ClientUpdate], reference):
+        """The aggregator's FedAvg of `updates` through FedML's hooks, with the clients named:
+        (the updates it kept, the new global tensors; None when it rejected every one). Its
+        rejections (robust aggregation) are logged in events.log."""
+        raw, idxs = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in updates])
+        order = [updates[i] for i in idxs] if len(idxs) == len(raw) else updates
+        new = self.aggregator.aggregate(raw, senders=[f"client {u.client_id}" for u in order],
+                                        on_reject=lambda reason: self.recorder.log_event(
+                                            f"round {round_idx}: rejected {reason}"), reference=reference)
+        dropped = {i for i, _ in getattr(self.aggregator, "last_rejected", ())}
+        out = {id(u) for i, u in enumerate(order) if i not in dropped}
+        kept = [u for u in updates if id(u) in out]
+        return kept, (self.aggregator.on_after_aggregation(new) if kept else None)
+
+    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
+        """Each running trial's group updates, averaged into a throw-away model from the global
+        one: its gain over the global model on the gold validation set feeds the trial's AUG-E.
+        Returns the trial updates the aggregator kept."""
         gains: dict[int, float] = {}
+        kept: list[ClientUpdate] = []
         for i, _trial in enumerate(self.pacer.running):
             mine = [u for u in trial_updates if self._trial_of.get(u.client_id) == i]
             if mine:
-                self.aggregator.set_model_params(self.aggregator.aggregate([(u.weight, u.params) for u in mine]))
-                gains[i] = self._validate() - self.last_val
+                self.aggregator.set_model_params(reference)  # every trial starts from the global model
+                ok, new = self._aggregate(round_idx, mine, reference)
+                kept += ok
+                if new is not None:
+                    self.aggregator.set_model_params(new)
+                    gains[i] = self._validate() - self.last_val
         self.aggregator.set_model_params(reference)
         for event in self.pacer.finish_trial_round(round_idx, gains):
             self.recorder.log_event(f"round {round_idx}: {event}")
+        return sorted(kept, key=lambda u: u.client_id)
 
     def finish_round(self, round_idx: int, updates: list[ClientUpdate], planned: int | None = None) -> dict[str, Any]:
-        reference = self.global_params()
+        reference = self._global
         updates = sorted(updates, key=lambda u: u.client_id)
         accepted = self._accepted(round_idx, updates, reference)
-        ok = {id(u) for u in accepted}
+        trial_updates = [u for u in accepted if u.client_id in self._trial_of]
+        accepted = [u for u in accepted if u.client_id not in self._trial_of]
+        pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
+        new = None
+        if accepted:
+            if self.pacer is not None and self.pacer.running:
+                trial_updates = self._score_trials(round_idx, trial_updates, reference)
+            accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
+        ok = {id(u) for u in accepted + trial_updates}
         down = payload_bytes(reference)
         self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, _sent_bytes(u.params),
                                        accepted=id(u) in ok) for u in updates])
-        trial_updates = [u for u in accepted if u.client_id in self._trial_of]
-        accepted = [u for u in accepted if u.client_id not in self._trial_of]
-        if not accepted:
+        if not accepted:  # the global model stays as it was
+            self.aggregator.set_model_params(reference)
             raise FesError(f"round {round_idx}: no valid client update to aggregate")
-        pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
-        if self.pacer is not None and self.pacer.running:
-            self._score_trials(round_idx, trial_updates, reference)
-        raw, _ = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in accepted])
-        new = self.aggregator.on_after_aggregation(self.aggregator.aggregate(raw))
         self.aggregator.set_model_params(new)
+        self._global = new
 
         is_last = round_idx == self.num_rounds - 1
         scores: dict[str, float] = {}

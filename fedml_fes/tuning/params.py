@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections import OrderedDict
 
 import torch
@@ -64,3 +65,80 @@ def fedavg(weighted: list[tuple[float, "OrderedDict[str, torch.Tensor]"]]) -> "O
             acc.add_(state[name].to(torch.float64), alpha=w / total)
         out[name] = acc.to(first.dtype)
     return out
+
+
+# Robust aggregation (train_args.robust_norm_factor). An update's *change* is its L2 distance
+# to the current global tensors, over every trainable tensor. Two bounds, both documented:
+#   absolute: a change that is non-finite or over ABSOLUTE_NORM_FACTOR x max(1, the global's
+#     norm) is rejected whatever the round (a finite 1e30 everywhere is no training step);
+#   relative: with at least MIN_UPDATES_FOR_MEDIAN valid updates, a change over
+#     norm_factor x the median change of those updates is rejected (0: off; a median of 0,
+#     every client sending the global back, disables it for that aggregation).
+ABSOLUTE_NORM_FACTOR = 1e6
+MIN_UPDATES_FOR_MEDIAN = 3
+
+
+def l2_norm(state: "OrderedDict[str, torch.Tensor]") -> float:
+    """L2 norm over all floating tensors, accumulated in float64."""
+    total = 0.0
+    for t in state.values():
+        if t.is_floating_point():
+            total += float(torch.linalg.vector_norm(t.detach().to("cpu", torch.float64)) ** 2)
+    return math.sqrt(total)
+
+
+def change_norm(update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDict[str, torch.Tensor]") -> float:
+    """L2 norm of update - reference over the floating tensors (float64; inf when it overflows)."""
+    total = 0.0
+    for name, ref in reference.items():
+        t = update[name]
+        if t.is_floating_point():
+            diff = t.detach().to("cpu", torch.float64) - ref.detach().to("cpu", torch.float64)
+            total += float(torch.linalg.vector_norm(diff) ** 2)
+    return math.sqrt(total)
+
+
+def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", senders: "list[str] | None" = None,
+                   norm_factor: float = 10.0) -> tuple[list[int], list[tuple[int, str]]]:
+    """Which of `raw`'s (weight, tensors) entries may be averaged into `reference` (the current
+    global tensors): the indices kept, in order, and (index, one-line reason) per rejection.
+
+    Every entry is validated as `validate_update` does (tensor names, shapes, dtypes, finite
+    values) with a finite positive weight, then held to the absolute and relative bounds on its
+    change (see ABSOLUTE_NORM_FACTOR above). `senders` names each entry in the reasons
+    (default: 'entry <i>')."""
+    names = list(senders) if senders is not None and len(senders) == len(raw) else \
+        [f"entry {i}" for i in range(len(raw))]
+    kept: list[int] = []
+    rejected: list[tuple[int, str]] = []
+    norms: dict[int, float] = {}
+    bound = ABSOLUTE_NORM_FACTOR * max(1.0, l2_norm(reference))
+    for i, entry in enumerate(raw):
+        try:
+            if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+                raise FesError(f"update from {names[i]} is not a (weight, tensors) pair")
+            weight, params = entry
+            if not isinstance(params, dict):
+                raise FesError(f"update from {names[i]} carries {type(params).__name__}, not named tensors")
+            validate_update(params, reference, names[i])
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
+                    math.isfinite(weight) and weight > 0):
+                raise FesError(f"update from {names[i]} has weight {weight!r}")
+            norm = change_norm(params, reference)
+            if not math.isfinite(norm) or norm > bound:
+                raise FesError(f"update from {names[i]} is out of bounds: its change has L2 norm {norm:.3g}, over "
+                               f"{ABSOLUTE_NORM_FACTOR:g} x the global model's norm ({bound:.3g})")
+            norms[i] = norm
+            kept.append(i)
+        except FesError as e:
+            rejected.append((i, str(e)))
+    if norm_factor and len(kept) >= MIN_UPDATES_FOR_MEDIAN:
+        median = statistics.median(norms[i] for i in kept)
+        if median > 0:
+            for i in [i for i in kept if norms[i] > norm_factor * median]:
+                kept.remove(i)
+                rejected.append((i, f"update from {names[i]} is out of line: its change has L2 norm {norms[i]:.3g}, "
+                                    f"over {norm_factor:g} x the median of this aggregation's {len(norms)} "
+                                    f"updates ({median:.3g}; train_args.robust_norm_factor)"))
+    rejected.sort()
+    return kept, rejected

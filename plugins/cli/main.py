@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         if opts.command == "plan":
             from fedml_fes_plugins.cli.plan import run_plan
             return run_plan(cfg, opts)
+        from fedml_fes.runtime.rundir import check_run_paths
+        check_run_paths(cfg, opts.run_dir)  # where it writes: a file in the way, read-only, a live run's
         from fedml_fes.runtime.job import make_run_dir
         from fedml_fes.runtime.preview import preview_run
         preview = preview_run(cfg)  # what can fail before anything is loaded or written
@@ -157,12 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
             hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
             mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
-            run_dir = make_run_dir(cfg, opts.run_dir)
+            run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held while mpirun runs
             run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set)
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             from fedml_fes_plugins.runtimes.inprocess import run_in_process
-            run_dir = make_run_dir(cfg, opts.run_dir)
+            run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held for the run's lifetime
             print(f"run directory: {run_dir}", flush=True)
             summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty())
         _print_summary(summary)

@@ -1,0 +1,140 @@
+"""Where a run writes: checked before anything is created, and locked while the run is live.
+
+`check_run_paths` runs before a run loads anything: an output folder under a regular file,
+a read-only folder or a run directory another live run holds is one error line, and nothing
+is created. `lock_run_dir` takes an exclusive `flock` on `<run_dir>/.lock` for the rest of
+the process's life, so a second run pointed at the same directory is refused instead of
+interleaving its rows into the first one's metrics.csv. The kernel drops the lock when its
+process ends, however it ends: a `.lock` left by a dead run never blocks the next one.
+
+No torch here: these checks answer in a fraction of a second.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+from ..config import FesConfig
+from ..errors import FesError
+
+try:
+    import fcntl
+except ImportError:  # not on POSIX: runs are not locked
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_FILE = ".lock"
+_held: dict[str, IO[str]] = {}  # real path -> the open lock file this process holds
+
+
+def _absolute(path: str | os.PathLike) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def check_writable_dir(path: str | os.PathLike, what: str) -> None:
+    """`path` is a folder this process can write in, or can be created as one; else one line
+    naming `what` (the config key or flag) and the path. Creates nothing."""
+    p = _absolute(path)
+    if os.path.lexists(p):
+        if not os.path.isdir(p):
+            raise FesError(f"{what} {path} is a file, not a folder")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise FesError(f"{what} {path} is not writable")
+        return
+    parent = os.path.dirname(p)
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise FesError(f"{what} {path} cannot be created: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise FesError(f"{what} {path} cannot be created: {parent} is not writable")
+
+
+def _in_use(path: str | os.PathLike, holder: str) -> FesError:
+    return FesError(f"run directory {path} is in use by another live run ({holder or 'another process'}): "
+                    f"wait for it to end or pass another --run-dir")
+
+
+def _holder(f: IO[str]) -> str:
+    try:
+        f.seek(0)
+        return f.read().strip()
+    except OSError:
+        return ""
+
+
+def check_not_locked(path: str | os.PathLike) -> None:
+    """Fail if a live process holds `path`'s run lock (a stale `.lock` passes); takes nothing."""
+    lock = os.path.join(_absolute(path), LOCK_FILE)
+    if fcntl is None or os.path.realpath(_absolute(path)) in _held or not os.path.isfile(lock):
+        return
+    try:
+        f = open(lock)
+    except OSError:
+        return  # unreadable: lock_run_dir decides
+    with f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(path, _holder(f)) from None
+        except OSError:
+            return  # no locks on this file system
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def lock_run_dir(path: str | os.PathLike) -> None:
+    """Hold `<path>/.lock` exclusively until this process ends (again in the same process: a
+    no-op); another live holder is one error line. File systems without locks run unlocked."""
+    real = os.path.realpath(_absolute(path))
+    if fcntl is None or real in _held:
+        return
+    try:
+        f = open(os.path.join(real, LOCK_FILE), "a+")
+    except OSError as e:
+        raise FesError(f"cannot write in run directory {path}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(f)
+        f.close()
+        raise _in_use(path, holder) from None
+    except OSError:  # e.g. ENOLCK on some network file systems
+        f.close()
+        return
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    f.flush()
+    _held[real] = f
+
+
+def release_run_dir(path: str | os.PathLike) -> None:
+    """Give the lock back before the process ends (tests; a process running runs one by one)."""
+    f = _held.pop(os.path.realpath(_absolute(path)), None)
+    if f is not None:
+        f.close()  # closing the last descriptor drops the flock
+
+
+def needs_cache_dir(cfg: FesConfig) -> bool:
+    """Whether the run writes into common_args.cache_dir (the federated MLM build does)."""
+    return bool(cfg.model.mlm_from) or cfg.train.method == "fedbert_mlm"
+
+
+def check_run_paths(cfg: FesConfig, run_dir: str | os.PathLike | None = None) -> None:
+    """Everything a run will write, checked before anything is created: the run directory
+    (`run_dir`, else a new folder below common_args.output_dir) and, for MLM builds,
+    common_args.cache_dir. One error line naming the flag or key."""
+    if run_dir:
+        check_writable_dir(run_dir, "--run-dir")
+        check_not_locked(run_dir)
+    else:
+        check_writable_dir(cfg.common.output_dir, "common_args.output_dir")
+        if cfg.common.run_name:
+            named = Path(cfg.common.output_dir) / cfg.common.run_name
+            check_writable_dir(named, "common_args.run_name")
+            check_not_locked(named)
+    if needs_cache_dir(cfg):
+        cache = cfg.resolved_cache_dir()
+        check_writable_dir(cache, "common_args.cache_dir" if cfg.common.cache_dir else "the cache folder")
