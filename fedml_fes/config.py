@@ -201,6 +201,10 @@ class TuningConfig:
     # step must be far larger than a full fine-tuning step. The paper's artifact: 1e-3.
     # 0: train_args.learning_rate
     bias_learning_rate: float = 0.0
+    # local epochs whenever only biases train. Bias-only steps are cheap (the frozen bottom
+    # comes from the activation cache), and a bias-only model needs many more of them than
+    # a fully tuned one to fit the same labels (BitFit). 0: train_args.epochs
+    bias_epochs: int = 0
 
 
 @dataclass
@@ -234,6 +238,10 @@ class PacingConfig:
     theta: float = 1.0
     infer_latency_s: float = 0.5  # l_i per batch (paper constants: TX2, bias-only)
     train_latency_s: float = 1.0  # l_t per batch
+    # who trains each round, among the clients holding labels: uniform (FedAvg's draw), or
+    # labels: drawn with probability proportional to the labels a client holds (gold + pseudo),
+    # so that a round is rarely left to a few clients with a handful of pseudo labels each
+    train_sampling: str = "uniform"
     # gold-labeled examples (never test data) the server scores for AUG-E; in a deployment
     # the gold clients would report this accuracy
     val_examples: int = 200
@@ -336,10 +344,10 @@ class FesConfig:
     def for_round(self, round_idx: int, uses_pseudo: bool, bias_only: bool = False) -> "FesConfig":
         """The config a client trains with in `round_idx`: tuning_args.bias_learning_rate when
         only biases train, and the warm-up's own lr and epochs before pseudo_args.start_round
-        (methods with pseudo labels); else this one."""
-        p = self.pseudo
-        lr = self.tuning.bias_learning_rate if bias_only and self.tuning.bias_learning_rate else self.train.learning_rate
-        epochs = self.train.epochs
+        (methods with pseudo labels); else this one. tuning_args.bias_epochs likewise."""
+        p, tu = self.pseudo, self.tuning
+        lr = tu.bias_learning_rate if bias_only and tu.bias_learning_rate else self.train.learning_rate
+        epochs = tu.bias_epochs if bias_only and tu.bias_epochs else self.train.epochs
         if uses_pseudo and round_idx < p.start_round:
             lr, epochs = p.warmup_learning_rate or lr, p.warmup_epochs or epochs
         if (lr, epochs) == (self.train.learning_rate, self.train.epochs):
@@ -764,6 +772,7 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
            "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args), "
            f"got {cfg.pseudo.warmup_learning_rate} and {cfg.pseudo.warmup_epochs}")
     _check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
+    _check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
     _check(0 <= fl.candidate_fraction <= 1,
            f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}")
     cfg.prompt.verbalizer = {k: str(v) for k, v in cfg.prompt.verbalizer.items()}  # words, even `yes: 1`
@@ -789,6 +798,8 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
         _check(getattr(p, key) >= 1, f"pseudo_args.{key} must be >= 1, got {getattr(p, key)}")
     _check(0 <= p.confidence_threshold < 1,
            f"pseudo_args.confidence_threshold must be in [0, 1), got {p.confidence_threshold}")
+    _check(cfg.pacing.train_sampling in ("uniform", "labels"),
+           f"pacing_args.train_sampling must be uniform or labels, got '{cfg.pacing.train_sampling}'")
     _check(p.class_balance in ("none", "gold", "predicted"),
            f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'")
     _check(cfg.prompt.pattern_id >= 0, f"prompt_args.pattern_id must be >= 0, got {cfg.prompt.pattern_id}")

@@ -20,6 +20,15 @@ from fedml_fes.tuning.split import ActivationCache, FrozenBottom
 from .conftest import small_config
 
 
+def _play(trainer, job, params, tasks):
+    """Run `tasks` in process, each client starting from the same global `params`."""
+    out = []
+    for t in tasks:
+        trainer.set_params(params)
+        out.append(trainer.run(t, job.data.clients[t.client_id]))
+    return out
+
+
 # ---- curriculum pacing ----------------------------------------------------------------------
 
 def test_default_grid_is_built_around_the_papers_examples_and_parsing():
@@ -305,6 +314,12 @@ def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_d
     assert biased.for_round(2, True, bias_only=True).train.learning_rate == 1e-3
     assert biased.for_round(2, True, bias_only=False).train.learning_rate == 1e-4
     assert biased.for_round(1, True, bias_only=True).train.learning_rate == 3e-3  # the warm-up's own wins
+    longer = config_from_dict({**raw, "tuning_args": {"bias_epochs": 8}})
+    assert longer.for_round(2, True, bias_only=True).train.epochs == 8
+    assert longer.for_round(2, True, bias_only=False).train.epochs == 1
+    assert longer.for_round(1, True, bias_only=True).train.epochs == 3  # the warm-up's own wins
+    with pytest.raises(FesError, match="tuning_args.bias_epochs must be >= 0"):
+        config_from_dict(small_config(tmp_path, tiny_model_dir, tuning_args={"bias_epochs": -2}))
     with pytest.raises(FesError, match="warmup_learning_rate and warmup_epochs must be >= 0"):
         config_from_dict(small_config(tmp_path, tiny_model_dir, pseudo_args={"warmup_epochs": -1}))
 
@@ -400,15 +415,8 @@ def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
     trainer = LocalTrainer(job)
     for r in range(3):
         params = server.global_params()
-
-        def play(tasks):
-            out = []
-            for t in tasks:
-                trainer.set_params(params)
-                out.append(trainer.run(t, job.data.clients[t.client_id]))
-            return out
-        server.finish_labeling(r, play(server.plan_labeling(r)))
-        row = server.finish_round(r, play(server.plan(r)))
+        server.finish_labeling(r, _play(trainer, job, params, server.plan_labeling(r)))
+        row = server.finish_round(r, _play(trainer, job, params, server.plan(r)))
     gold = {t for c in job.data.clients for t in c.gold_texts}
     on_test = [d for d in scored if d is job.data.test]
     assert len(on_test) == 2  # the zero-shot score and the last round's, nothing else
@@ -434,3 +442,80 @@ def test_class_report_shows_a_one_class_model():
     assert r["confusion"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
     assert r["per_class_acc"][:3] == [0.0, 1.0, 0.0] and r["per_class_acc"][3] != r["per_class_acc"][3]
     assert r["majority_rate"] == 0.5
+
+
+@pytest.mark.parametrize("sampling", ["uniform", "labels"])
+def test_training_draw_follows_labels_held_under_label_sampling(tmp_path, tiny_model_dir, sampling):
+    """pacing_args.train_sampling=labels: a client holding many labels trains far more often
+    than ones holding a single pseudo label; uniform draws ignore the counts (FedAvg's draw)."""
+    from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "client_num_per_round": 1},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+                       tuning_args={"full_layers": 0, "bias_layers": 1}, filter_args={"knn": 5},
+                       pacing_args={"train_sampling": sampling})
+    cfg = config_from_dict(raw)
+    run_dir = make_run_dir(cfg)
+    job = build_job(cfg, "both", run_dir)
+    server = RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc"))
+    gold = {c.client_id for c in job.data.clients if c.num_gold}
+    others = [c.client_id for c in job.data.clients if not c.num_gold][:8]
+    server.pseudo_counts = {c: 1 for c in others}  # eight clients with one pseudo label each
+    draws = [server.sample_clients(r)[0] for r in range(200)]
+    gold_share = np.mean([c in gold for c in draws])
+    expected = len(gold) / (len(gold) + len(others))  # uniform
+    if sampling == "labels":
+        held = sum(c.num_gold for c in job.data.clients)
+        assert gold_share == pytest.approx(held / (held + len(others)), abs=0.08) and gold_share > expected + 0.3
+    else:
+        assert gold_share == pytest.approx(expected, abs=0.1)
+    with pytest.raises(FesError, match="train_sampling must be uniform or labels"):
+        config_from_dict(small_config(tmp_path, tiny_model_dir, pacing_args={"train_sampling": "gold"}))
+
+
+def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
+    from fedml_fes.runtime.methods import inert_keys, is_inert
+    assert is_inert("pacing_args.train_sampling", inert_keys("fedfsl", "full"))
+    assert is_inert("tuning_args.bias_epochs", inert_keys("fedfsl", "full"))
+    assert not is_inert("pacing_args.train_sampling", inert_keys("fes", "full"))
+    assert not is_inert("pacing_args.val_examples", inert_keys("fedfsl", "full"))
+    assert not is_inert("tuning_args.bias_epochs", inert_keys("fes", "full"))
+
+
+def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_model_dir):
+    """AUG-E's delta_acc for a trial: the round's main updates plus the trial group's, from the
+    global model; never the trial group's few pseudo labels alone."""
+    from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.client import LocalTrainer
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "comm_round": 2, "client_num_per_round": 2},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+                       tuning_args={"full_layers": 0, "bias_layers": 1}, filter_args={"knn": 5},
+                       pseudo_args={"start_round": 0}, pacing_args={"grid": ["1,2,10", "1,1,20"]})
+    cfg = config_from_dict(raw)
+    run_dir = make_run_dir(cfg)
+    job = build_job(cfg, "both", run_dir)
+    calls = []
+
+    class Recording(FedAvgCore):
+        def aggregate(self, raw, senders=None, on_reject=None, reference=None):
+            calls.append(list(senders or []))
+            return super().aggregate(raw, senders, on_reject, reference)
+
+    server = RoundServer(job, Recording(job), RunRecorder(run_dir, "test_acc"))
+    trainer = LocalTrainer(job)
+    params = server.global_params()
+    server.finish_labeling(0, _play(trainer, job, params, server.plan_labeling(0)))
+    tasks = server.plan(0)
+    trials = {t.client_id for t in tasks if "trial" in t.options}
+    main = {t.client_id for t in tasks if "trial" not in t.options}
+    assert trials and main
+    server.finish_round(0, _play(trainer, job, params, tasks))
+    main_names = {f"client {c}" for c in main}
+    trial_calls = [c for c in calls if {f"client {t}" for t in trials} & set(c)]
+    assert trial_calls and all(main_names <= set(c) for c in trial_calls)
+    assert set(calls[-1]) == main_names  # the global model: the main updates only

@@ -356,10 +356,21 @@ def get_method(name: str) -> Method:
         raise FesError(f"unknown method '{name}' (known: {', '.join(PRESETS)})") from None
 
 
-def inert_sections(method_name: str, model_tuning: str) -> frozenset[str]:
-    """Config sections a method never reads, so a change there cannot change its run (the
-    benchmarks' resume check and shared-config check ignore them): `tuning_args` (layer plan,
-    bias-only lr, activation cache) for a method that trains every weight."""
+def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
+    """Config sections ("tuning_args") and single keys ("pacing_args.train_sampling") a method
+    never reads, so a change there cannot change its run (the benchmarks' resume check and
+    shared-config check ignore them): `tuning_args` (layer plan, bias-only lr and epochs,
+    activation cache) for a method that trains every weight; FeS's pacing-only keys for a
+    method without curriculum pacing."""
     method = PRESETS.get(method_name)
-    mode = (getattr(method(), "tuning", None) if method else None) or model_tuning
-    return frozenset({"tuning_args"}) if mode == "full" else frozenset()
+    made = method() if method else None
+    mode = getattr(made, "tuning", None) or model_tuning
+    inert = {"tuning_args"} if mode == "full" else set()
+    if made is not None and getattr(made, "pacing", "count") == "count":
+        inert.add("pacing_args.train_sampling")
+    return frozenset(inert)
+
+
+def is_inert(key: str, inert: frozenset[str]) -> bool:
+    """`key` ("section.name") is covered by `inert_keys`' answer."""
+    return key in inert or key.split(".")[0] in inert

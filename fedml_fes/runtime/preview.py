@@ -31,6 +31,7 @@ def preview_run(cfg: FesConfig) -> list[str]:
     pools = np.array([len(c.unlabeled.texts) for c in data.clients])
     gold = {c.client_id: c.num_gold for c in data.clients if c.num_gold}
     d, t = cfg.data, cfg.train
+    late = cfg.for_round(t.comm_round, False, getattr(method, "bias_only", False)).train  # after any warm-up
     lines = [
         f"dry run of {cfg.source}: checked, nothing loaded, no run directory created",
         f"data: {d.dataset}, {int(pools.sum()) + sum(gold.values())} training texts, {len(data.test.texts)} test, "
@@ -39,8 +40,8 @@ def preview_run(cfg: FesConfig) -> list[str]:
         f"per client min {pools.min()} / median {int(np.median(pools))} / max {pools.max()}",
         f"gold labels: {sum(gold.values())} on {len(gold)} client(s): "
         + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
-        f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {t.epochs} local epoch(s), "
-        f"batch {t.batch_size}, lr {cfg.for_round(t.comm_round, False, getattr(method, 'bias_only', False)).train.learning_rate:g}",
+        f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {late.epochs} local epoch(s), "
+        f"batch {t.batch_size}, lr {late.learning_rate:g}",
     ]
     mlm_cfg = mlm_build_config(cfg) if getattr(method, "prompt", False) else None
     if mlm_cfg is not None:

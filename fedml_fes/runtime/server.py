@@ -151,6 +151,7 @@ class RoundServer:
         self.cost_log = ClientCostLog(recorder.run_dir)  # per-client task records for the cost emulation
         self.cfg = job.cfg
         self._gold_eligible = job.method.eligible_clients(job.data)
+        self._gold_counts = {c.client_id: c.num_gold for c in job.data.clients if c.num_gold}
         self._round_started = time.perf_counter()
         self.pseudo_counts: dict[int, int] = {}
         self._label_row: dict[str, Any] = {}
@@ -216,11 +217,18 @@ class RoundServer:
 
     def sample_clients(self, round_idx: int, also: list[int] = (), busy: set[int] = frozenset()) -> list[int]:
         """Seeded per round, among the clients the method can train (`also`: this round's
-        labelers, about to hold pseudo labels; `busy`: in a pacing trial)."""
+        labelers, about to hold pseudo labels; `busy`: in a pacing trial). Uniform, or under
+        curriculum pacing with `pacing_args.train_sampling: labels`, in proportion to the
+        labels each client holds (a labeler counts at least one)."""
         eligible = sorted((set(self.eligible()) | set(also)) - busy)
         k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
-        return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False))
+        weights = None
+        if self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels":
+            held = np.array([max(1, self._gold_counts.get(c, 0) + self.pseudo_counts.get(c, 0)) for c in eligible],
+                            dtype=float)
+            weights = held / held.sum()
+        return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False, p=weights))
 
     def labeling_due(self, round_idx: int) -> bool:
         """A global labeling event: every f rounds of the current configuration (or
@@ -337,32 +345,41 @@ class RoundServer:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
         return accepted
 
-    def _aggregate(self, round_idx: int, updates: list[ClientUpdate], reference):
+    def _aggregate(self, round_idx: int, updates: list[ClientUpdate], reference, logged: set[int] | None = None):
         """The aggregator's FedAvg of `updates` through FedML's hooks, with the clients named:
         (the updates it kept, the new global tensors; None when it rejected every one). Its
-        rejections (robust aggregation) are logged in events.log."""
+        rejections (robust aggregation) are logged in events.log (`logged`: only these clients')."""
         raw, idxs = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in updates])
         order = [updates[i] for i in idxs] if len(idxs) == len(raw) else updates
-        new = self.aggregator.aggregate(raw, senders=[f"client {u.client_id}" for u in order],
-                                        on_reject=lambda reason: self.recorder.log_event(
-                                            f"round {round_idx}: rejected {reason}"), reference=reference)
+        names = [f"client {u.client_id}" for u in order]
+        quiet = tuple(f"update from client {u.client_id} " for u in order
+                      if logged is not None and u.client_id not in logged)
+
+        def on_reject(reason: str) -> None:
+            if not reason.startswith(quiet):
+                self.recorder.log_event(f"round {round_idx}: rejected {reason}")
+        new = self.aggregator.aggregate(raw, senders=names, on_reject=on_reject, reference=reference)
         dropped = {i for i, _ in getattr(self.aggregator, "last_rejected", ())}
         out = {id(u) for i, u in enumerate(order) if i not in dropped}
         kept = [u for u in updates if id(u) in out]
         return kept, (self.aggregator.on_after_aggregation(new) if kept else None)
 
-    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
-        """Each running trial's group updates, averaged into a throw-away model from the global
-        one: its gain over the global model on the gold validation set feeds the trial's AUG-E.
-        Returns the trial updates the aggregator kept."""
+    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference,
+                      main: list[ClientUpdate]) -> list[ClientUpdate]:
+        """Each running trial's group updates, averaged with the round's main updates into a
+        throw-away model from the global one: the round as it would have been had the trial's
+        configuration labeled too. Its gain over the global model on the gold validation set
+        feeds the trial's AUG-E. (A trial group alone holds a few pseudo labels and no gold
+        label: averaged on their own, every configuration scored a loss and AUG-E ranked the
+        costliest first.) Returns the trial updates the aggregator kept."""
         gains: dict[int, float] = {}
         kept: list[ClientUpdate] = []
         for i, _trial in enumerate(self.pacer.running):
             mine = [u for u in trial_updates if self._trial_of.get(u.client_id) == i]
             if mine:
                 self.aggregator.set_model_params(reference)  # every trial starts from the global model
-                ok, new = self._aggregate(round_idx, mine, reference)
-                kept += ok
+                ok, new = self._aggregate(round_idx, main + mine, reference, logged={u.client_id for u in mine})
+                kept += [u for u in ok if u.client_id in {m.client_id for m in mine}]
                 if new is not None:
                     self.aggregator.set_model_params(new)
                     gains[i] = self._validate() - self.last_val
@@ -381,7 +398,7 @@ class RoundServer:
         new = None
         if accepted:
             if self.pacer is not None and self.pacer.running:
-                trial_updates = self._score_trials(round_idx, trial_updates, reference)
+                trial_updates = self._score_trials(round_idx, trial_updates, reference, accepted)
             accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
         ok = {id(u) for u in accepted + trial_updates}
         down = payload_bytes(reference)

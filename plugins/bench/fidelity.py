@@ -630,10 +630,10 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
 
 def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
     """Config keys that differ between runs beyond the per-run and per-dataset ones (empty: one shared config)."""
-    from fedml_fes.runtime.methods import inert_sections
+    from fedml_fes.runtime.methods import inert_keys, is_inert
 
     def inert(cfg: dict) -> frozenset[str]:
-        return inert_sections(cfg.get("train_args", {}).get("method", ""), cfg.get("model_args", {}).get("tuning", "full"))
+        return inert_keys(cfg.get("train_args", {}).get("method", ""), cfg.get("model_args", {}).get("tuning", "full"))
 
     def flat(cfg: dict) -> dict[str, Any]:
         return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in cfg.items() if s != "cost_args"
@@ -641,7 +641,7 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
     configs = [(flat(r["_config"]), inert(r["_config"])) for r in rows]
     differ: set[str] = set()
     for key in {k for f, _ in configs for k in f}:  # compared among the runs whose method reads it
-        values = {f.get(key) for f, skip in configs if key.split(".")[0] not in skip}
+        values = {f.get(key) for f, skip in configs if not is_inert(key, skip)}
         if len(values) > 1:
             differ.add(key)
     return sorted(differ)

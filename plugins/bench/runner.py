@@ -66,15 +66,15 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
     saved = resolve_paths(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, here)
     now = resolve_paths(json.loads(json.dumps(cfg.to_dict())), here)
     defaults = resolve_paths(json.loads(json.dumps(FesConfig().to_dict())), here)
-    from fedml_fes.runtime.methods import inert_sections
-    inert = inert_sections(cfg.train.method, cfg.model.tuning)
+    from fedml_fes.runtime.methods import inert_keys, is_inert
+    inert = inert_keys(cfg.train.method, cfg.model.tuning)
     diff = []
     for sec, values in now.items():
-        if sec in IGNORED_SECTIONS or sec in inert:
+        if sec in IGNORED_SECTIONS:
             continue
         old = saved.get(sec, {})
         diff += [f"{sec}.{k}" for k, v in values.items()
-                 if json.loads(json.dumps(old.get(k, defaults[sec][k]))) != v]
+                 if not is_inert(f"{sec}.{k}", inert) and json.loads(json.dumps(old.get(k, defaults[sec][k]))) != v]
     return diff
 
 
