@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import VENV_BIN, small_config, write_config
+from .conftest import REPO, VENV_BIN, small_config, write_config
 
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
@@ -154,3 +154,20 @@ def test_a_bad_prompt_fails_before_loading_or_writing(tmp_path, tiny_model_dir, 
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1 and match in lines[0], out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_demo_uses_the_fidelity_benchmarks_shared_settings():
+    """The demo claims run_configs/fidelity.yaml's shared settings: every key it sets matches,
+    but for its fewer rounds, its test schedule and its thread count."""
+    import yaml
+
+    from fedml_fes_plugins.cli.demo import SHARED
+    fidelity = yaml.safe_load((REPO / "run_configs" / "fidelity.yaml").read_text())
+    allowed = {"train_args.comm_round", "train_args.frequency_of_the_test", "common_args.torch_threads"}
+    differ = [f"{sec}.{k}" for sec, keys in SHARED.items() for k, v in keys.items()
+              if f"{sec}.{k}" not in allowed and sec != "cost_args" and fidelity.get(sec, {}).get(k) != v]
+    assert differ == []
+    left_out = [f"{sec}.{k}" for sec, keys in fidelity.items() for k in keys
+                if sec not in ("cost_args",) and k not in SHARED.get(sec, {})]
+    assert set(left_out) <= {"common_args.training_type", "common_args.output_dir", "model_args.mlm_from",
+                             "train_args.method", "data_args.data_dir"}

@@ -46,9 +46,10 @@ SHARED: dict[str, dict[str, Any]] = {
     "train_args": {"comm_round": 8, "client_num_per_round": 5, "epochs": 1, "batch_size": 4,
                    "learning_rate": 5e-5, "eval_batch_size": 64, "frequency_of_the_test": 3},
     "pseudo_args": {"start_round": 4, "label_every": 1, "label_clients": 5, "per_pass": 100},
-    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01},
+    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01,
+                    "bias_epochs": 5},
     "filter_args": {"method": "vote_k", "rho": 10.0},
-    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0},
+    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0, "train_sampling": "labels"},
     "cost_args": {"devices": [DEVICE], "bandwidth_MBps": 1.0},
 }
 
@@ -169,8 +170,8 @@ def _comparison(rows: list[dict[str, Any]]) -> str:
         return ""
     return (f"FeS vs FedFSL: {fsl['upload_bytes'] / fes['upload_bytes']:,.0f}x less upload, "
             f"{fsl['tx2_hours'] / fes['tx2_hours']:,.0f}x less emulated TX2 time, accuracy "
-            f"{fes['accuracy']:.3f} vs {fsl['accuracy']:.3f}. On this 6-layer offline MiniLM, FeS's bias-only top "
-            f"third learns less than full tuning: docs/BENCHMARK.md (fidelity benchmark) has the measurements.")
+            f"{fes['accuracy']:.3f} vs {fsl['accuracy']:.3f} (one seed of one dataset: docs/BENCHMARK.md's fidelity "
+            f"benchmark has seeds 0-2 on three datasets).")
 
 
 def _bytes(n: float) -> str:
