@@ -292,3 +292,16 @@ def test_read_only_folder_is_one_line_even_as_root(tmp_path, tiny_model_dir, mon
     assert err == [f"fedml-fes: error: {flag} {ro / ('run' if flag == '--run-dir' else 'runs')} cannot be created: "
                    f"{ro} is not writable"]
     assert _tree(tmp_path) == before
+
+
+def test_the_fault_table_in_the_docs_names_every_case_and_only_tests_that_exist():
+    """docs/FAULTS.md lists every bad-input case here, and every test it names exists."""
+    import re
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "FAULTS.md").read_text()
+    for case in CASES:
+        name = (case.values if hasattr(case, "values") else case)[0]
+        assert f"| {name}" in doc, name
+    named = set(re.findall(r"`(test_\w+)`", doc))
+    defined = {m for f in (repo / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
+    assert named and named <= defined, sorted(named - defined)

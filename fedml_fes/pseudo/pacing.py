@@ -117,6 +117,35 @@ class PacingConfigurator:
         self.window_start_round: int | None = None
         self.window_start_acc: float | None = None
 
+    def state_dict(self) -> dict:
+        """Everything `start_trials` / `finish_trial_round` / `observe` read later, as plain data
+        (lists, numbers, strings) for a run's checkpoint; the grid and constants come from the
+        config and are rebuilt with the object."""
+        def cfg(p: Pacing) -> list:
+            return [p.f, p.n, p.k]
+        return {
+            "current": cfg(self.current), "ranked": [cfg(p) for p in self.ranked],
+            "pending": [cfg(p) for p in self.pending],
+            "running": [{"config": cfg(t.config), "group": list(t.group), "start_round": t.start_round,
+                         "fraction": t.fraction, "gains": list(t.gains)} for t in self.running],
+            "scores": [[value, cost, pos, cfg(p)] for value, cost, pos, p in self.scores],
+            "phase": self.phase, "window_start_round": self.window_start_round,
+            "window_start_acc": self.window_start_acc,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        def cfg(x: list) -> Pacing:
+            return Pacing(int(x[0]), int(x[1]), float(x[2]))
+        self.current = cfg(state["current"])
+        self.ranked = [cfg(x) for x in state["ranked"]]
+        self.pending = [cfg(x) for x in state["pending"]]
+        self.running = [Trial(cfg(t["config"]), [int(c) for c in t["group"]], int(t["start_round"]),
+                              float(t["fraction"]), [float(g) for g in t["gains"]]) for t in state["running"]]
+        self.scores = [(float(v), float(c), int(i), cfg(p)) for v, c, i, p in state["scores"]]
+        self.phase = state["phase"]
+        self.window_start_round = state["window_start_round"]
+        self.window_start_acc = state["window_start_acc"]
+
     @property
     def trialing(self) -> bool:
         return bool(self.pending or self.running)

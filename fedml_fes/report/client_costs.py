@@ -39,6 +39,11 @@ class ClientCostLog:
         self.path = Path(run_dir) / FILE
         self._started = False
 
+    def continue_file(self) -> None:
+        """A resumed run appends to the checkpointed file (cut back to the checkpoint's size, so
+        a redone round is never counted twice) instead of starting it over."""
+        self._started = self.path.is_file() and self.path.stat().st_size > 0
+
     def append(self, rows: list[Mapping[str, Any]]) -> None:
         if not rows:
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,19 @@ class RunRecorder:
             csv.writer(f).writerow([_fmt(row.get(c, "")) for c in self._columns])
         self.rows.append(row)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Rows, columns, events and the wall time so far, for a run's checkpoint (the files
+        themselves stay as written; `runtime/checkpoint.py` cuts them back on resume)."""
+        return {"rows": [_plain(r) for r in self.rows], "columns": self._columns, "events": list(self.events),
+                "wall_s": time.time() - self._started}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue a checkpointed run: later rows append to its metrics.csv under its header."""
+        self.rows = [dict(r) for r in state["rows"]]
+        self._columns = list(state["columns"]) if state["columns"] is not None else None
+        self.events = list(state["events"])
+        self._started = time.time() - float(state["wall_s"])
+
     def log_event(self, message: str) -> None:
         """Decisions and incidents (rejected updates, dropouts) kept for the summary."""
         self.events.append(message)
@@ -55,8 +69,23 @@ class RunRecorder:
             "events": self.events,
             **extra,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        path = self.run_dir / "summary.json"
+        tmp = path.with_name(f".summary.json.tmp{os.getpid()}")  # never half a summary, whenever it stops
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, path)
         return summary
+
+
+def _plain(value: Any) -> Any:
+    """A row's values as plain Python (numpy scalars to numbers): checkpoints load with
+    torch.load(weights_only=True)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+        return value.item()
+    return value
 
 
 def _is_number(x: Any) -> bool:

@@ -9,7 +9,7 @@ comes from `RoundServer`: this class only sequences its calls.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .server import RoundServer
 from .tasks import ClientTask, ClientUpdate
@@ -20,11 +20,17 @@ def phases_per_round(uses_pseudo: bool) -> int:
 
 
 class PhaseSequence:
-    def __init__(self, server: RoundServer):
+    """`start_round`: the first round to run (a resumed run's next one). `on_round_end(r)` is
+    called when round r is recorded and before round r+1 is planned: the one moment the server
+    holds exactly the state later rounds start from (the checkpoint's)."""
+
+    def __init__(self, server: RoundServer, start_round: int = 0,
+                 on_round_end: Callable[[int], None] | None = None):
         self.server = server
         self.per_round = phases_per_round(server.job.method.uses_pseudo)
         self.total = server.num_rounds * self.per_round
-        self.index = 0
+        self.index = min(start_round, server.num_rounds) * self.per_round
+        self.on_round_end = on_round_end
         self.tasks: list[ClientTask] = []
         self._start_phase()
 
@@ -60,6 +66,8 @@ class PhaseSequence:
                 self.server.finish_labeling(self.round_idx, results)
         else:
             row = self.server.finish_round(self.round_idx, results, planned=len(self.tasks))
+            if self.on_round_end is not None:
+                self.on_round_end(self.round_idx)
         self.index += 1
         self._start_phase()
         return row

@@ -188,6 +188,38 @@ class RoundServer:
                                             pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta,
                                             pc.parallel_trials)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What later rounds read, taken between rounds (after `finish_round`, before the next
+        `plan_labeling`), as plain data and tensors for a run's checkpoint
+        (`runtime/checkpoint.py`). Per-round scratch (`_trial_of`, `_trainers`, `_label_row`)
+        is rebuilt by the next round's planning; everything else the rounds draw is seeded per
+        (seed, round, client), so this and the client folders are the whole state. An attribute
+        that later rounds read belongs here too: tests/test_resume.py compares runs killed and
+        resumed with uninterrupted ones."""
+        return {
+            "global": OrderedDict((k, v.detach().to("cpu", copy=True)) for k, v in self._global.items()),
+            "pseudo_counts": {int(c): int(n) for c, n in self.pseudo_counts.items()},
+            "events": self.events, "fraction": self.fraction, "last_event": self._last_event,
+            "trial_counts": {int(c): int(n) for c, n in self._trial_counts.items()},
+            "pacer": self.pacer.state_dict() if self.pacer is not None else None,
+            "last_val": self.last_val, "initial_val": self.initial_val,
+            "initial": _plain(self.initial), "last_test": _plain(self.last_test),
+            "last_scores": _plain(self.last_scores),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after the round `state` was taken at: the global tensors go into the
+        aggregator's model as well."""
+        self._global = OrderedDict(state["global"])
+        self.aggregator.set_model_params(self._global)
+        self.pseudo_counts = dict(state["pseudo_counts"])
+        self.events, self.fraction, self._last_event = state["events"], state["fraction"], state["last_event"]
+        self._trial_counts = dict(state["trial_counts"])
+        if self.pacer is not None and state["pacer"] is not None:
+            self.pacer.load_state_dict(state["pacer"])
+        self.last_val, self.initial_val = state["last_val"], state["initial_val"]
+        self.initial, self.last_test, self.last_scores = state["initial"], state["last_test"], state["last_scores"]
+
     def _validate(self) -> float:
         return float(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
 
@@ -456,3 +488,17 @@ CLASS_DETAILS = ("per_class_acc", "confusion", "majority_rate")
 
 def _class_details(scores: dict[str, Any]) -> dict[str, Any]:
     return {k: scores[k] for k in CLASS_DETAILS if k in scores}
+
+
+def _plain(value: Any) -> Any:
+    """Scores as plain Python (numpy scalars and arrays to floats and lists): a checkpoint
+    loads with torch.load(weights_only=True)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value

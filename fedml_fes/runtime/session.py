@@ -1,7 +1,9 @@
 """The server's whole-run bookkeeping, shared by every transport.
 
-Opens the recorder, checks the method's cache, and closes the run as completed, failed or
-interrupted, always writing summary.json (rows already in metrics.csv are never lost).
+Opens the recorder, checks the method's cache, saves a checkpoint after every round
+(`runtime/checkpoint.py`) or continues from one (`resume=True`), and closes the run as
+completed, failed or interrupted, always writing summary.json (rows already in metrics.csv
+are never lost).
 """
 from __future__ import annotations
 
@@ -9,32 +11,88 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..errors import FesError
 from ..report.metrics import RunRecorder
+from .checkpoint import (CHECKPOINT_FILE, config_differences, load_checkpoint, remove_checkpoint, restore_files,
+                         result_config, save_checkpoint)
 from .job import Job
+from .phases import PhaseSequence
 from .server import CLASS_DETAILS, AggregatorLike, RoundServer
 
 log = logging.getLogger(__name__)
 
 
 class ServerSession:
-    def __init__(self, job: Job, aggregator: AggregatorLike, run_dir: Path, runtime: str):
+    """`resume`: continue the run in `run_dir` from its checkpoint (the config must match the
+    checkpointed run's in every key that changes results); else a fresh run, and a checkpoint
+    an earlier run left in the folder is removed so that it can never be resumed with this
+    run's files."""
+
+    def __init__(self, job: Job, aggregator: AggregatorLike, run_dir: Path, runtime: str, resume: bool = False):
         self.job = job
         self.run_dir = Path(run_dir)
         self.runtime = runtime
         self.recorder = RunRecorder(self.run_dir, job.method.primary_metric)
         self.server = RoundServer(job, aggregator, self.recorder)
+        self.checkpointed: int | None = None  # the last round checkpoint.pt holds
+        self.closed = False  # summary.json written: completed, failed or interrupted
+        if resume:
+            self._resume()
+        else:
+            remove_checkpoint(self.run_dir)
+
+    @property
+    def next_round(self) -> int:
+        return 0 if self.checkpointed is None else self.checkpointed + 1
+
+    def phases(self) -> PhaseSequence:
+        """The run's phases from the next round on, checkpointed after every round."""
+        return PhaseSequence(self.server, start_round=self.next_round, on_round_end=self.save_checkpoint)
+
+    def save_checkpoint(self, round_idx: int) -> None:
+        save_checkpoint(self.run_dir, round_idx, {
+            "server": self.server.state_dict(), "recorder": self.recorder.state_dict(),
+            "config": result_config(self.job.cfg), "num_rounds": self.server.num_rounds,
+            "primary_metric": self.job.method.primary_metric, "classes": list(self.job.data.classes),
+            "runtime": self.runtime})
+        self.checkpointed = round_idx
+
+    def _resume(self) -> None:
+        state = load_checkpoint(self.run_dir)
+        diffs = config_differences(state["config"], result_config(self.job.cfg))
+        if diffs:
+            raise FesError(f"cannot resume {self.run_dir}: the config differs from the checkpointed run's in "
+                           + "; ".join(diffs[:3]))
+        restore_files(self.run_dir, state)
+        self.server.load_state_dict(state["server"])
+        self.recorder.load_state_dict(state["recorder"])
+        self.server.cost_log.continue_file()
+        self.checkpointed = int(state["round"])
+        self.recorder.log_event(f"resumed from round {self.next_round} (rounds 0-{self.checkpointed} restored "
+                                f"from {CHECKPOINT_FILE})")
+
+    def interrupt(self, reason: str) -> dict[str, Any]:
+        """Stop now (a signal): the round in progress is abandoned. A round already recorded but
+        stopped while its checkpoint was being saved is saved first, so summary.json's
+        rounds_completed is exactly what `--resume` continues after."""
+        rows = self.recorder.rows
+        if rows and (self.checkpointed is None or rows[-1]["round"] > self.checkpointed):
+            self.save_checkpoint(int(rows[-1]["round"]))
+        return self.fail(reason, status="interrupted")
 
     def complete(self) -> dict[str, Any]:
         extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
                                             {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
         summary = self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
                                        initial=self._initial(), test=self._test(), **extra)
+        self.closed = True
         self._plot()
         return summary
 
     def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
         summary = self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
                                        initial=self._initial(), test=self._test())
+        self.closed = True
         self._plot()
         return summary
 
@@ -60,3 +118,27 @@ class ServerSession:
         key = self.job.method.primary_metric
         scored = [r[key] for r in self.recorder.rows if r.get(key) == r.get(key)]
         return scored[-1] if scored else None
+
+
+def summary_from_checkpoint(run_dir: Path, primary_metric: str, runtime: str, status: str, error: str,
+                            since: float | None = None) -> dict[str, Any]:
+    """summary.json where no live session can write it: a run stopped before its session
+    existed, or an mpirun whose server rank was killed. It holds the rounds and scores of the
+    run's checkpoint (what `--resume` continues after), taken only if the checkpoint was written
+    at or after `since` (a launch's start; None: any), else none."""
+    import os
+    run_dir = Path(run_dir)
+    recorder = RunRecorder(run_dir, primary_metric)
+    extra: dict[str, Any] = {}
+    path = run_dir / CHECKPOINT_FILE
+    if path.is_file() and (since is None or os.path.getmtime(path) >= since):
+        try:
+            state = load_checkpoint(run_dir)
+        except FesError as e:
+            log.warning("%s", e)
+        else:
+            recorder.load_state_dict(state["recorder"])
+            server = state["server"]
+            extra["initial"] = {k: v for k, v in server["initial"].items() if k not in CLASS_DETAILS}
+            extra["test"] = {"classes": state["classes"], **server["last_test"]} if server["last_test"] else {}
+    return recorder.finish(status, error=error, runtime=runtime, run_dir=str(run_dir), **extra)

@@ -22,10 +22,14 @@ from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError
 
 
-def _add_common(p: argparse.ArgumentParser, dry_run: bool = False) -> None:
+def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool = False) -> None:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
+    if resume:
+        p.add_argument("--resume", action="store_true",
+                       help="continue the run in --run-dir after its last finished round (its checkpoint.pt), with "
+                            "the same config and --set values; a completed run is reported and left as it is")
     if dry_run:
         p.add_argument("--dry-run", action="store_true",
                        help="check the config, data, partition and prompt and say what the run would do, in "
@@ -53,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.")
     run.add_argument("--cf", required=True, help="run config YAML")
     run.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
-    _add_common(run, dry_run=True)
+    _add_common(run, dry_run=True, resume=True)
 
     mpi = sub.add_parser("mpirun", help="run a config under mpirun (rank 0 server, others clients)",
                          description="Launch mpirun -np N with FedML's MPI communication; same round "
@@ -62,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("-np", "--np", type=int, required=True, help="processes: 1 server + N-1 client workers")
     mpi.add_argument("--cf", required=True, help="run config YAML")
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
-    _add_common(mpi, dry_run=True)
+    _add_common(mpi, dry_run=True, resume=True)
 
     from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
     from fedml_fes_plugins.cli.partition import add_arguments as add_partition_arguments
@@ -129,7 +133,39 @@ def _cross_silo(opts: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`argv` None: the process's own command line (the `fedml-fes` program)."""
     opts = build_parser().parse_args(argv)
+    if opts.command in ("run", "mpirun"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
+        from fedml_fes_plugins.runtimes.signals import stop_on_signals
+        with stop_on_signals():
+            code = _main(opts)
+            if code >= 128 and argv is None:
+                _leave_now(code)
+        return code
+    return _main(opts)
+
+
+def _leave_now(code: int) -> None:
+    """End a stopped run's process at once. Everything is on disk (summary.json, checkpoint,
+    metrics.csv: each written and closed) and the line is printed; the interpreter's teardown
+    after a stop that landed inside a torch operation can crash (SIGSEGV at exit, about one
+    stop in twenty here), which would turn the exit code into a signal's."""
+    import logging
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | None:
+    """--resume: the run can be continued (checked before anything is written); None without it."""
+    if not opts.resume:
+        return None
+    from fedml_fes.runtime.checkpoint import check_resume
+    return check_resume(cfg, opts.run_dir)
+
+
+def _main(opts: argparse.Namespace) -> int:
     run_dir = None
     try:
         if opts.command in ("cross-silo", "cross-silo-local"):
@@ -152,30 +188,46 @@ def main(argv: list[str] | None = None) -> int:
         from fedml_fes.runtime.job import make_run_dir
         from fedml_fes.runtime.preview import preview_run
         preview = preview_run(cfg)  # what can fail before anything is loaded or written
+        point = _resume_point(cfg, opts)
         if opts.dry_run:
             print("\n".join(preview), flush=True)
+            if point is not None:
+                print(f"resume: after round {point['round']} of {point['num_rounds']} "
+                      f"({'completed' if point['completed'] else 'continues'})", flush=True)
             return 0
+        if point is not None and point["completed"]:
+            print(f"fedml-fes: the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; "
+                  f"nothing to resume", file=sys.stderr)
+            _print_summary(json.loads((Path(opts.run_dir) / "summary.json").read_text()))
+            return 0
+        resume = point is not None
         if opts.command == "mpirun":
             from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
             hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
             mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held while mpirun runs
-            run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set)
+            run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set, resume=resume)
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             from fedml_fes_plugins.runtimes.inprocess import run_in_process
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held for the run's lifetime
             print(f"run directory: {run_dir}", flush=True)
-            summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty())
+            summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty(),
+                                     resume=resume)
         _print_summary(summary)
         return 0
     except FesError as e:
         print(f"fedml-fes: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        where = f"; finished rounds are kept in {run_dir}" if run_dir else ""
-        print(f"fedml-fes: interrupted{where}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under stop_on_signals
+        from fedml_fes_plugins.runtimes.signals import interrupt_reason
+        where = ""
+        if run_dir:
+            where = f"; finished rounds are kept in {run_dir}"
+            if (Path(run_dir) / "checkpoint.pt").is_file():
+                where += f" (continue with --resume --run-dir {run_dir})"
+        print(f"fedml-fes: {interrupt_reason(e)}{where}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from fedml_fes.config import FesConfig
-from fedml_fes.errors import FesError
+from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.job import build_job
-from fedml_fes.runtime.phases import PhaseSequence
 
 from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
 from fedml_fes_plugins.adapters.offline import offline_fedml_init
 from fedml_fes_plugins.adapters.trainer import FesClientTrainer
+from fedml_fes_plugins.runtimes.signals import interrupt_reason, stop_requested
 
 
 def _shown(value: Any) -> str:
@@ -50,35 +50,42 @@ def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progre
 
 
 def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
-                   echo: Callable[[str], None] = print) -> dict[str, Any]:
+                   echo: Callable[[str], None] = print, resume: bool = False) -> dict[str, Any]:
+    """Run the config in this process. `resume`: continue the run in `run_dir` from its
+    checkpoint (`fedml_fes.runtime.checkpoint`). A stop (Ctrl-C, SIGTERM under
+    `signals.stop_on_signals`) abandons the round in progress, writes summary.json with status
+    `interrupted` and re-raises; a failure writes it with status `failed`. Before the session
+    exists (loading), summary.json holds the checkpoint's rounds when resuming, else none."""
     from fedml_fes.runtime.methods import get_method
     from fedml_fes.runtime.session import ServerSession
 
-    ensure_mlm_build(cfg, echo, progress)
     method_name = cfg.train.method
     method = get_method(method_name)
-    cached = method.cached_result(cfg)  # before loading anything
-    if cached is not None:
-        echo(f"reusing cached {method_name} build at {cached.get('path')} "
-             f"({method.primary_metric}={cached.get(method.primary_metric)})")
-        return {"status": "cached", **cached, "run_dir": str(run_dir)}
-    # Shown at once: loading, the initial evaluation and (builds) every optimizer step. Without
-    # a bar, builds (methods that count steps) say each phase in a line instead.
-    stepwise = hasattr(method, "set_progress")
-    bar = tqdm(total=cfg.train.comm_round, desc=f"{method_name}: loading data and model", unit="round",
-               disable=not progress, dynamic_ncols=True)
-    say = bar.write if progress else echo
-
-    def phase(what: str) -> None:
-        if progress:
-            bar.set_description(f"{method_name}: {what}")
-        elif stepwise:
-            echo(f"{method_name}: {what}")
-
-    if not progress:
-        phase("loading data and model")
     job = None
+    session = None
+    bar = None
     try:
+        ensure_mlm_build(cfg, echo, progress)
+        cached = method.cached_result(cfg)  # before loading anything
+        if cached is not None:
+            echo(f"reusing cached {method_name} build at {cached.get('path')} "
+                 f"({method.primary_metric}={cached.get(method.primary_metric)})")
+            return {"status": "cached", **cached, "run_dir": str(run_dir)}
+        # Shown at once: loading, the initial evaluation and (builds) every optimizer step. Without
+        # a bar, builds (methods that count steps) say each phase in a line instead.
+        stepwise = hasattr(method, "set_progress")
+        bar = tqdm(total=cfg.train.comm_round, desc=f"{method_name}: loading data and model", unit="round",
+                   disable=not progress, dynamic_ncols=True)
+        say = bar.write if progress else echo
+
+        def phase(what: str) -> None:
+            if progress:
+                bar.set_description(f"{method_name}: {what}")
+            elif stepwise:
+                echo(f"{method_name}: {what}")
+
+        if not progress:
+            phase("loading data and model")
         args = cfg.flat_args()
         args.training_type, args.backend = "simulation", "sp"
         args = offline_fedml_init(args, run_dir)
@@ -88,8 +95,10 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
         trainer = FesClientTrainer(job, args)
         aggregator = FesServerAggregator(job, args)
         phase("initial evaluation")
-        session = ServerSession(job, aggregator, run_dir, runtime="in_process")
+        session = ServerSession(job, aggregator, run_dir, runtime="in_process", resume=resume)
         server = session.server
+        if session.next_round:
+            say(f"resuming after round {session.next_round - 1} of {server.num_rounds} ({run_dir}/checkpoint.pt)")
         metric = job.method.primary_metric
         if stepwise:
             per_round = (min(cfg.train.client_num_per_round, len(job.method.eligible_clients(job.data)))
@@ -97,34 +106,58 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             phase(f"training, {server.num_rounds} rounds x {per_round} steps")
             if progress:
                 bar.unit, bar.total = "step", server.num_rounds * per_round
+                bar.update(min(session.next_round, server.num_rounds) * per_round)
                 job.method.set_progress(lambda: bar.update(1))
         else:
             phase("training")
+            bar.update(min(session.next_round, server.num_rounds))
         bar.refresh()
-        try:
-            phases = PhaseSequence(server)  # the round's phases, as every runtime sequences them
-            while not phases.done:
-                global_params = server.global_params() if phases.tasks else None
-                row = phases.finish([trainer.run_task(t, global_params) for t in phases.tasks])
-                if row is None:
-                    continue
-                if not stepwise:
-                    bar.update(1)
-                say(format_row(row, metric))
-        except KeyboardInterrupt:
-            session.fail("interrupted by user", status="interrupted")
-            raise
-        except FesError as e:
-            session.fail(str(e))
-            raise
-        except Exception as e:  # keep what was computed, then report one line
-            session.fail(f"{type(e).__name__}: {e}")
-            raise FesError(f"run failed in round {len(session.recorder.rows)}: {type(e).__name__}: {e} "
-                           f"(details in {run_dir})") from e
+        phases = session.phases()  # the round's phases, as every runtime sequences them; checkpointed
+        while not phases.done:
+            global_params = server.global_params() if phases.tasks else None
+            row = phases.finish([trainer.run_task(t, global_params) for t in phases.tasks])
+            stop = stop_requested()
+            if stop is not None:  # a stop some library swallowed: honoured between phases
+                raise stop
+            if row is None:
+                continue
+            if not stepwise:
+                bar.update(1)
+            say(format_row(row, metric))
         if stepwise:
             phase("saving")
         return session.complete()
+    except BaseException as e:
+        stop = e if isinstance(e, KeyboardInterrupt) else stop_requested()
+        _close(session, e, stop, run_dir, method.primary_metric, resume)
+        if stop is not None:
+            if stop is e:
+                raise
+            raise stop from None  # the signal, whatever C++ code turned its exception into (torch.save)
+        if session is None or isinstance(e, (FesError, SystemExit)):
+            raise
+        raise FesError(f"run failed in round {len(session.recorder.rows)}: {one_line(e)} "
+                       f"(details in {run_dir})") from e
     finally:
-        if job is not None and stepwise:
+        if job is not None and hasattr(method, "set_progress"):
             job.method.set_progress(None)
-        bar.close()
+        if bar is not None:
+            bar.close()
+
+
+def _close(session, error: BaseException, stop: KeyboardInterrupt | None, run_dir: Path, primary_metric: str,
+           resume: bool) -> None:
+    """summary.json for a run that stopped (`stop`) or failed, whenever it happened: the
+    session's, or before the session existed the checkpoint's rounds when resuming (none
+    otherwise). Nothing when the session already closed itself."""
+    from fedml_fes.runtime.session import summary_from_checkpoint
+    if session is None:
+        summary_from_checkpoint(run_dir, primary_metric, "in_process", "interrupted" if stop is not None else "failed",
+                                interrupt_reason(stop) if stop is not None else one_line(error),
+                                since=None if resume else float("inf"))
+    elif session.closed:
+        return
+    elif stop is not None:
+        session.interrupt(interrupt_reason(stop))
+    else:
+        session.fail(one_line(error))  # what was computed is kept

@@ -3,13 +3,24 @@
 Builds `mpirun -np N --hostfile mpi/mpi_host_file python -m fedml_fes_plugins.runtimes.mpi_main
 --cf CONFIG`, keeps mpirun's full output in `<run_dir>/mpirun.log`, and shows the user only
 the ranks' own lines (round results, the one error line), not mpirun's abort banners.
+
+Nothing it starts outlives it: mpirun runs in its own session, and a stop signal (SIGINT,
+SIGTERM), a timeout or any exit of the launcher ends that session's processes, mpirun and
+every rank, within a few seconds (`signals.end_process_tree`); on Linux mpirun is also told
+to stop when the launcher dies by SIGKILL. The launcher has the last word on summary.json:
+stopped, it writes status `interrupted` with the rounds of the server's last checkpoint
+(what `--resume` continues after); when a rank dies without a word (killed by a signal),
+it names it (`rank 2 (pid 1234): exited on signal 9 (Killed)`) on stderr and in summary.json
+(status `failed`).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -17,6 +28,10 @@ from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 
 from fedml_fes_plugins.runtimes.mpi_main import TAG
+from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree, interrupt_reason
+
+# prterun's banner when a rank dies by a signal (wrapped over lines)
+_RANK_DIED = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on\s+signal (\d+)\s*(\(([^)]*)\))?")
 
 
 def find_mpirun() -> str:
@@ -29,7 +44,7 @@ def find_mpirun() -> str:
 
 
 def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
-                   overrides: list[str]) -> list[str]:
+                   overrides: list[str], resume: bool = False) -> list[str]:
     if np < 2:
         raise FesError(f"-np must be at least 2 (1 server + >= 1 client worker), got {np}")
     cmd = [find_mpirun(), "-np", str(np)]
@@ -43,21 +58,41 @@ def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
             "--cf", config, "--run-dir", str(run_dir), "--tagged-output"]
     for item in overrides:
         cmd += ["--set", item]
+    if resume:
+        cmd += ["--resume"]
     return cmd
+
+
+def rank_death(log_text: str) -> str | None:
+    """prterun's word on a rank that died by a signal, as one line:
+    `rank 2 (pid 1234): exited on signal 9 (Killed)`."""
+    m = _RANK_DIED.search(log_text)
+    if m is None:
+        return None
+    name = f" ({m.group(6)})" if m.group(6) else ""
+    return f"rank {m.group(1)} (pid {m.group(2)}): exited on signal {m.group(4)}{name}"
 
 
 def run_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfile: str | None,
                overrides: list[str], echo: Callable[[str], None] = print,
-               timeout_s: float | None = None) -> int:
-    """Run and stream; returns 0 on success, raises FesError with the ranks' error line."""
-    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides)
+               timeout_s: float | None = None, resume: bool = False) -> int:
+    """Run and stream; returns 0 on success, raises FesError with the ranks' error line, and
+    re-raises a stop (KeyboardInterrupt / signals.Interrupted) after ending every process it
+    started and writing summary.json. `resume`: the server continues from run_dir's checkpoint."""
+    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides, resume)
     env = dict(os.environ)
     if cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
         env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
-    log_path = Path(run_dir) / "mpirun.log"
+    run_dir = Path(run_dir)
+    log_path = run_dir / "mpirun.log"
+    (run_dir / "summary.json").unlink(missing_ok=True)  # a stale one (resume): the run writes its own
+    # a checkpoint from before this launch counts only when resuming (file times are coarser than time.time())
+    since = None if resume else time.time() - 1.0
     error: str | None = None
-    with log_path.open("w") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                     text=True, env=env, bufsize=1) as proc:
+    with log_path.open("a" if resume else "w") as log:
+        log_start = log.tell()  # a resumed run's log holds the earlier launches too
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1,
+                                start_new_session=True, preexec_fn=die_with_parent)
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -69,10 +104,34 @@ def run_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfil
                     else:
                         echo(text)
             rc = proc.wait(timeout=timeout_s)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
+        except KeyboardInterrupt as e:
+            end_process_tree(proc)
+            _close_summary(cfg, run_dir, "interrupted", interrupt_reason(e), since)
             raise
+        except subprocess.TimeoutExpired:
+            end_process_tree(proc)
+            _close_summary(cfg, run_dir, "failed", f"mpirun did not finish within {timeout_s:.0f}s", since)
+            raise
+        finally:
+            end_process_tree(proc)  # whatever ends the launcher ends what it started
+            proc.stdout.close()
     if rc != 0 or error:
-        raise FesError(error or f"mpirun exited with code {rc} (see {log_path})")
+        with log_path.open(errors="replace") as f:
+            f.seek(log_start)
+            died = rank_death(f.read())
+        error = error or died or f"mpirun exited with code {rc} (see {log_path})"
+        _close_summary(cfg, run_dir, "failed", error, since)
+        raise FesError(error)
     return 0
+
+
+def _close_summary(cfg: FesConfig, run_dir: Path, status: str, error: str, since: float | None) -> None:
+    """summary.json when the server rank could not write its own (killed, or stopped with the
+    launcher): the rounds of the server's checkpoint (one written at or after `since`; None:
+    any). A summary the server wrote in this launch (it was removed at the start) stays."""
+    if (run_dir / "summary.json").is_file():
+        return
+    from fedml_fes.runtime.methods import get_method
+    from fedml_fes.runtime.session import summary_from_checkpoint
+    summary_from_checkpoint(run_dir, get_method(cfg.train.method).primary_metric, "fedml_mpi", status, error,
+                            since=since)

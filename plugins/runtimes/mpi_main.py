@@ -25,6 +25,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key (repeatable)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir from its checkpoint (the last finished round)")
     p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(opts.cf, parse_overrides(opts.set))
         if size < 2:
             raise FesError(f"mpirun needs at least 2 processes (1 server + >= 1 client worker), got -np {size}")
+        if opts.resume and not opts.run_dir:
+            raise FesError("--resume needs --run-dir: the run directory of the run to continue")
         logging.basicConfig(level=cfg.tracking_args.log_level)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         from fedml_fes.runtime.job import build_job, make_run_dir
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         from fedml_fes_plugins.runtimes.mpi_managers import FesClientManager, FesServerManager
         if rank == 0:
             emit(f"run directory: {run_dir}")
-            manager = FesServerManager(args, job, run_dir, comm, rank, size, "MPI", emit, fatal)
+            manager = FesServerManager(args, job, run_dir, comm, rank, size, "MPI", emit, fatal, resume=opts.resume)
             manager.run()
             if manager.error:
                 emit(f"error: {manager.error}")

@@ -7,9 +7,12 @@ round's tasks (which client ids it plays) with the global trainable tensors; a w
 those clients one after another with the FedML trainer plugin and sends back their updates;
 the server aggregates through the FedML aggregator plugin and starts the next round.
 
-Failure handling: a worker that raises reports one line to the server, which records the
-run as failed, releases every worker and exits non-zero. A silent worker is caught by the
-server's watchdog (`comm_args.worker_timeout_s`).
+Failure handling: a worker that raises reports one line to the server, naming the client
+it was playing, and the server records the run as failed (`rank 2 (client 5): ...` in
+summary.json and on stderr), releases every worker and exits non-zero. A silent worker is
+caught by the server's watchdog (`comm_args.worker_timeout_s`); a rank that dies outright is
+named by the launcher (`launcher.py`). The server checkpoints every round
+(`ServerSession.phases`) and, with `resume`, continues from its run directory's checkpoint.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from fedml_fes_plugins.adapters.messages import (KEY_ERROR, KEY_PHASE, KEY_ROUND
 from fedml_fes_plugins.adapters.trainer import FesClientTrainer
 from fedml_fes_plugins.runtimes.inprocess import format_row
 
+KEY_CLIENT = "fes_client"  # MSG_C2S_ERROR: the client id the failed rank was playing (absent: none yet)
 
 
 def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:
@@ -58,13 +62,14 @@ class _MpiManager(FedMLCommManager):
 
 class FesServerManager(_MpiManager):
     def __init__(self, args: Any, job: Job, run_dir: Path, comm, rank: int, size: int, backend: str,
-                 emit: Callable[[str], None], on_fatal: Callable[[str], None]):
+                 emit: Callable[[str], None], on_fatal: Callable[[str], None], resume: bool = False):
         super().__init__(args, comm, rank, size, backend)
         self.job = job
         self.emit = emit
         self.on_fatal = on_fatal  # last resort when the comm layer cannot end the run itself
         self.aggregator = FesServerAggregator(job, args)
-        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_{backend.lower()}")
+        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_{backend.lower()}",
+                                     resume=resume)
         self.server = self.session.server
         self.workers = list(range(1, size))
         self.round_idx = -1
@@ -106,7 +111,9 @@ class FesServerManager(_MpiManager):
         self._guard(lambda _m: self._start())(None)
 
     def _start(self) -> None:
-        self.phases = PhaseSequence(self.server)  # the round's phases, as every runtime sequences them
+        if self.session.next_round:
+            self.emit(f"resuming after round {self.session.next_round - 1} of {self.server.num_rounds}")
+        self.phases = self.session.phases()  # the round's phases, as every runtime sequences them; checkpointed
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -151,7 +158,9 @@ class FesServerManager(_MpiManager):
         self._dispatch()
 
     def _on_error(self, msg) -> None:
-        self._fail(f"worker rank {msg.get_sender_id()} failed in round {msg.get(KEY_ROUND)}: {msg.get(KEY_ERROR)}")
+        client = msg.get(KEY_CLIENT)
+        who = f"rank {msg.get_sender_id()}" + (f" (client {client})" if client is not None else "")
+        self._fail(f"{who}: failed in round {msg.get(KEY_ROUND)} ({msg.get(KEY_PHASE)} phase): {msg.get(KEY_ERROR)}")
 
     def _fail(self, error: str) -> None:
         if self.error is not None:
@@ -199,12 +208,19 @@ class FesClientManager(_MpiManager):
         r = msg.get(KEY_ROUND)
         params = msg.get(Message.MSG_ARG_KEY_MODEL_PARAMS)
         reply = Message(MSG_C2S_UPDATES, self.rank, 0)
+        playing = None
         try:
-            updates = [self.trainer.run_task(ClientTask.from_dict(t), params) for t in msg.get(KEY_TASKS)]
+            updates = []
+            for t in msg.get(KEY_TASKS):
+                task = ClientTask.from_dict(t)
+                playing = task.client_id
+                updates.append(self.trainer.run_task(task, params))
         except Exception as e:
             self.failed = True
             reply = Message(MSG_C2S_ERROR, self.rank, 0)
             reply.add_params(KEY_ERROR, one_line(e))
+            if playing is not None:
+                reply.add_params(KEY_CLIENT, playing)
         else:
             reply.add_params(KEY_UPDATES, [vars(u) for u in updates])
         reply.add_params(KEY_ROUND, r)

@@ -1,0 +1,264 @@
+"""Checkpoint and resume: a run killed with SIGKILL and resumed ends exactly as an uninterrupted one.
+
+The killed runs are real `fedml-fes run` processes that SIGKILL themselves at a chosen point
+(a wrapper script patches one function before calling the CLI; the product has no switch):
+in a training phase after the round's labeling phase rewrote pseudo labels (client folders
+newer than the checkpoint), and while a round's checkpoint is being saved (metrics.csv holds a
+row the checkpoint does not). Every metrics.csv column but the wall-clock ones must equal the
+uninterrupted run's, and client_costs.csv must count every task once.
+"""
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedml_fes.config import config_from_dict
+from fedml_fes.runtime.checkpoint import CHECKPOINT_FILE, SNAPSHOT_DIR, load_checkpoint
+from fedml_fes.runtime.job import make_run_dir
+
+from .conftest import small_config, write_config
+
+CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
+TIME_COLUMNS = {"round_wall_s", "client_compute_s_max", "label_compute_s_max"}
+# client_costs.csv: what a task measured on this host (time, memory peaks vary run to run)
+COST_TIME_COLUMNS = {"compute_s", "cpu_s", "peak_train_bytes", "activation_peak_bytes", "fill_peak_bytes",
+                     "cuda_peak_bytes"}
+
+# A sitecustomize for the processes a test starts (PYTHONPATH): with FES_TEST_KILL="train:R" a
+# process SIGKILLs itself in a training task of round R (its labeling phase is done), with
+# "raise:R" that task raises instead; with "save:R" once round R is recorded, halfway through
+# saving its checkpoint (part of the client snapshot linked, no checkpoint.pt). The product has
+# no such switch.
+KILLER = """
+import os, signal
+_where, _, _round = os.environ.get("FES_TEST_KILL", ":").partition(":")
+if _where in ("train", "raise"):
+    from fedml_fes.runtime import client
+    _run = client.LocalTrainer.run
+    def _run_or_die(self, task, data):
+        if task.round_idx == int(_round) and task.kind != "label":
+            if _where == "raise":
+                raise RuntimeError(f"test fault on client {task.client_id}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _run(self, task, data)
+    client.LocalTrainer.run = _run_or_die
+elif _where == "save":
+    from fedml_fes.runtime import checkpoint, session
+    _save = checkpoint.save_checkpoint
+    def _save_or_die(run_dir, r, state):
+        if r == int(_round):
+            for rel, src in list(checkpoint._client_files(run_dir / "clients").items())[:3]:
+                checkpoint._place(src, run_dir / checkpoint._snapshot_name(r) / rel)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _save(run_dir, r, state)
+    session.save_checkpoint = _save_or_die
+"""
+
+
+@pytest.fixture
+def kill_at(tmp_path):
+    """env for a subprocess that SIGKILLs itself at `where:round` (see KILLER)."""
+    folder = tmp_path / "killer"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(KILLER)
+
+    def env(point: str) -> dict:
+        path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+        return {**os.environ, "PYTHONPATH": path, "FES_TEST_KILL": point}
+    return env
+
+
+def _fes_config(tmp_path, model_dir, method, rounds, **sections):
+    """A tiny job; for FeS: adaptive pacing with 2-round trials, so a kill lands mid-trial."""
+    base = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+            "tuning_args": {"full_layers": 0, "bias_layers": 1},
+            "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30, "trial_rounds": 2},
+            "filter_args": {"knn": 5}}
+    base.update(sections)
+    return small_config(tmp_path, model_dir, train_args={"method": method, "comm_round": rounds}, **base)
+
+
+def _rows(path: Path, drop: set[str]) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
+
+
+def _uninterrupted(tmp_path, raw) -> Path:
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    cfg = config_from_dict(raw)
+    run_dir = make_run_dir(cfg, str(tmp_path / "whole"))
+    assert run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)["status"] == "completed"
+    return run_dir
+
+
+def _cli(args: list[str], env: dict | None = None, timeout: float = 300):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _main(args: list[str], capsys) -> subprocess.CompletedProcess:
+    """The CLI in this process (imports already paid for): a subprocess only where one is killed."""
+    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes_plugins.cli.main import main
+    capsys.readouterr()
+    code = main(args)
+    out = capsys.readouterr()
+    if "--run-dir" in args:
+        release_run_dir(args[args.index("--run-dir") + 1])
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
+def _assert_same_run(whole: Path, resumed: Path) -> None:
+    a, b = _rows(whole / "metrics.csv", TIME_COLUMNS), _rows(resumed / "metrics.csv", TIME_COLUMNS)
+    assert len(a) == len(b) and a == b
+    costs_a = _rows(whole / "client_costs.csv", COST_TIME_COLUMNS)
+    costs_b = _rows(resumed / "client_costs.csv", COST_TIME_COLUMNS)
+    assert costs_a == costs_b  # every task counted once, caches hit as in the uninterrupted run
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, resumed))
+    assert sb["status"] == "completed" and sb["rounds_completed"] == sa["rounds_completed"]
+    assert [sb[k] for k in ("final", "best", "per_round", "test")] == [sa[k] for k in ("final", "best", "per_round",
+                                                                                   "test")]
+
+    def labels(d: Path) -> dict:
+        return {p.relative_to(d): p.read_bytes() for p in (d / "clients").rglob("pseudo_labels*.json")}
+    assert labels(whole) == labels(resumed)  # the clients' own state too
+
+
+def test_fes_killed_at_two_rounds_resumes_to_the_same_metrics(tmp_path, tiny_model_dir, kill_at, capsys):
+    """FeS (adaptive pacing, trials, filtering, bias-only): SIGKILL in round 1's training (after
+    its labeling pass, mid-trial) and again while round 3's checkpoint is saved."""
+    raw = _fes_config(tmp_path, tiny_model_dir, "fes", rounds=5)
+    whole = _uninterrupted(tmp_path, raw)
+    cf, run_dir = write_config(tmp_path / "c.yaml", raw), tmp_path / "killed"
+    common = ["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"]
+
+    out = _cli(common, kill_at("train:1"))
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    assert load_checkpoint(run_dir)["round"] == 0 and len(_rows(run_dir / "metrics.csv", set())) == 1
+    assert not (run_dir / "summary.json").exists()
+
+    out = _cli(common + ["--resume"], kill_at("save:3"))
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    assert "resuming after round 0 of 5" in out.stdout
+    assert load_checkpoint(run_dir)["round"] == 2
+    assert len(_rows(run_dir / "metrics.csv", set())) == 4  # round 3 recorded, not checkpointed: redone
+
+    out = _main(common + ["--resume"], capsys)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resuming after round 2 of 5" in out.stdout and '"status": "completed"' in out.stdout
+    _assert_same_run(whole, run_dir)
+    events = (run_dir / "events.log").read_text()
+    assert events.count("resumed from round 1") == 1 and events.count("resumed from round 3") == 1
+    assert [p.name for p in (run_dir / SNAPSHOT_DIR).iterdir()] == ["round-00004"]  # older snapshots pruned
+
+    out = _main(common + ["--resume"], capsys)  # a completed run: said so, nothing changes
+    assert out.returncode == 0 and "already completed all 5 rounds" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    _assert_same_run(whole, run_dir)
+
+
+def test_fedcls_killed_from_outside_resumes_to_the_same_metrics(tmp_path, tiny_model_dir, capsys):
+    """A method without pseudo labels; SIGKILL sent by another process at whatever point the
+    run has reached once metrics.csv has two rows."""
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 5})
+    whole = _uninterrupted(tmp_path, raw)
+    cf, run_dir = write_config(tmp_path / "c.yaml", raw), tmp_path / "killed"
+    common = ["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"]
+    proc = subprocess.Popen([*CLI, *common], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    metrics = run_dir / "metrics.csv"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:  # header + 2 rows
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL, "the run ended before it could be killed"
+    done = load_checkpoint(run_dir)["round"]
+    assert 0 <= done < 4
+
+    out = _main(common + ["--resume"], capsys)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"resuming after round {done} of 5" in out.stdout
+    _assert_same_run(whole, run_dir)
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys):
+    """One line each, nothing written: no --run-dir, no checkpoint, another config."""
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    def refused(args, match):
+        out = _main(["run", "--cf", str(cf), *args], capsys)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 1 and len(lines) == 1 and match in lines[0], out.stderr
+        assert lines[0].startswith("fedml-fes: error:")
+
+    refused(["--resume"], "--resume needs --run-dir")
+    refused(["--resume", "--run-dir", str(tmp_path / "nowhere")], "does not exist")
+    assert not (tmp_path / "nowhere").exists()
+    refused(["--resume", "--run-dir", str(empty)], "holds no checkpoint.pt")
+    assert list(empty.iterdir()) == []
+
+    run_dir = tmp_path / "run"
+    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (run_dir / "summary.json").unlink()  # as if killed after its last round's checkpoint
+    before = (run_dir / "config.yaml").read_text()
+    refused(["--resume", "--run-dir", str(run_dir), "--set", "train_args.learning_rate=0.01"],
+            "train_args.learning_rate (0.001 there, 0.01 here)")
+    assert (run_dir / "config.yaml").read_text() == before
+    # a key that changes no result (the log level) is no difference; a checkpoint of the last
+    # round without a summary: the run is closed, no round runs again
+    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--resume", "--no-progress",
+                 "--set", "tracking_args.log_level=ERROR"], capsys)
+    assert out.returncode == 0 and '"rounds_completed": 2' in out.stdout, out.stderr[-2000:]
+    assert "resuming after round 1 of 2" in out.stdout and not re.search(r"round +\d+: ", out.stdout)
+    assert len(_rows(run_dir / "metrics.csv", set())) == 2
+
+
+def test_a_fresh_run_removes_an_earlier_checkpoint(tmp_path, tiny_model_dir):
+    """A new run into a folder that held a run never leaves that run's checkpoint to --resume."""
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1}))
+    run_dir = make_run_dir(cfg, str(tmp_path / "run"))
+    (run_dir / CHECKPOINT_FILE).write_text("an earlier run's")
+    (run_dir / SNAPSHOT_DIR / "round-00007").mkdir(parents=True)
+    run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
+    assert load_checkpoint(run_dir)["round"] == 0
+    assert [p.name for p in (run_dir / SNAPSHOT_DIR).iterdir()] == ["round-00000"]
+
+
+@pytest.mark.slow
+def test_mpirun_names_a_failed_rank_and_resumes_to_the_same_metrics(tmp_path, tiny_model_dir, kill_at, capsys):
+    """FedFSL (two phases per round) under `fedml-fes mpirun`: a worker rank's training task
+    raises in round 1; the run fails naming the rank and the client it played (stderr and
+    summary.json, with the checkpointed round), and `--resume` with another -np ends with the
+    uninterrupted in-process run's metrics (the runtimes agree bit for bit)."""
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 3},
+                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+                       pseudo_args={"label_clients": 3, "per_pass": 10})
+    whole = _uninterrupted(tmp_path, raw)
+    cf, run_dir = write_config(tmp_path / "c.yaml", raw), tmp_path / "failed"
+    common = ["mpirun", "--cf", str(cf), "--run-dir", str(run_dir)]
+    out = _cli(common + ["-np", "3"], kill_at("raise:1"))
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
+    m = re.fullmatch(r"fedml-fes: error: (rank [12] \(client (\d+)\): failed in round 1 \(train phase\): "
+                     r"RuntimeError: test fault on client (\d+))", lines[0])
+    assert m and m.group(2) == m.group(3), lines[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["error"], summary["rounds_completed"]) == ("failed", m.group(1), 1)
+    assert load_checkpoint(run_dir)["round"] == 0
+
+    out = _main(common + ["-np", "2", "--resume"], capsys)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resuming after round 0 of 3" in out.stdout
+    _assert_same_run(whole, run_dir)
