@@ -33,7 +33,7 @@ COLORS = {"fedcls": "#7f7f7f", "fedfsl": "#1f77b4", "fes": "#d62728"}
 DEVICE = "jetson_tx2"
 
 # The shared settings of run_configs/fidelity.yaml (BBC News), with 8 rounds instead of 10 and a
-# test every third round so the plot has a curve. The whole demo, MLM build included, took 8.4
+# test every third round so the plot has a curve. The whole demo, MLM build included, took 8.7
 # minutes on 2 cores with these settings (12.0 with 10 rounds and a 400-step build).
 # Only train_args.method differs between the methods.
 SHARED: dict[str, dict[str, Any]] = {
