@@ -85,7 +85,8 @@ def config_differences(stored: dict[str, dict[str, Any]], current: dict[str, dic
     return diffs
 
 
-def _differs(run_dir: Path, diffs: list[str], against: str) -> FesError:
+def config_mismatch(run_dir: Path, diffs: list[str], against: str) -> FesError:
+    """The one error line for a resume whose config differs from the run's (first three keys)."""
     shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
     return FesError(f"cannot resume {run_dir}: the config differs from {against} in {shown}; resume with the "
                     f"run's own config and --set values")
@@ -110,11 +111,11 @@ def check_resume(cfg: FesConfig, run_dir: str | os.PathLike | None) -> dict[str,
             raise FesError(f"cannot resume {run_dir}: its config.yaml does not load: {e}") from None
         diffs = config_differences(stored, result_config(cfg))
         if diffs:
-            raise _differs(d, diffs, f"{stored_path}")
+            raise config_mismatch(d, diffs, f"{stored_path}")
     meta = load_checkpoint(d)
     diffs = config_differences(meta["config"], result_config(cfg))
     if diffs:
-        raise _differs(d, diffs, f"the checkpointed run's ({d / CHECKPOINT_FILE})")
+        raise config_mismatch(d, diffs, f"the checkpointed run's ({d / CHECKPOINT_FILE})")
     completed = meta["round"] >= meta["num_rounds"] - 1 and _summary_status(d) == "completed"
     return {"round": meta["round"], "num_rounds": meta["num_rounds"], "completed": completed}
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..errors import FesError
 from ..report.metrics import RunRecorder
-from .checkpoint import (CHECKPOINT_FILE, config_differences, load_checkpoint, remove_checkpoint, restore_files,
-                         result_config, save_checkpoint)
+from .checkpoint import (CHECKPOINT_FILE, config_differences, config_mismatch, load_checkpoint, remove_checkpoint,
+                         restore_files, result_config, save_checkpoint)
 from .job import Job
 from .phases import PhaseSequence
 from .server import CLASS_DETAILS, AggregatorLike, RoundServer
@@ -61,8 +61,7 @@ class ServerSession:
         state = load_checkpoint(self.run_dir)
         diffs = config_differences(state["config"], result_config(self.job.cfg))
         if diffs:
-            raise FesError(f"cannot resume {self.run_dir}: the config differs from the checkpointed run's in "
-                           + "; ".join(diffs[:3]))
+            raise config_mismatch(self.run_dir, diffs, f"the checkpointed run's ({CHECKPOINT_FILE})")
         restore_files(self.run_dir, state)
         self.server.load_state_dict(state["server"])
         self.recorder.load_state_dict(state["recorder"])
