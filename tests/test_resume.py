@@ -222,18 +222,46 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     assert out.returncode == 0 and '"rounds_completed": 2' in out.stdout, out.stderr[-2000:]
     assert "resuming after round 1 of 2" in out.stdout and not re.search(r"round +\d+: ", out.stdout)
     assert len(_rows(run_dir / "metrics.csv", set())) == 2
+    # the run is complete now: a fresh run may reuse its folder
+    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
-def test_a_fresh_run_removes_an_earlier_checkpoint(tmp_path, tiny_model_dir):
-    """A new run into a folder that held a run never leaves that run's checkpoint to --resume."""
+def test_a_fresh_run_refuses_a_folder_holding_an_unfinished_run(tmp_path, tiny_model_dir, capsys):
+    """Re-running the same command without --resume after a kill would overwrite the rounds
+    done; it is one line that says how to continue or start over, and the folder is untouched."""
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    run_dir = tmp_path / "run"
+    assert _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys).returncode == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
+    before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    for command in (["run", "--no-progress"], ["mpirun", "-np", "3"]):
+        out = _main([*command, "--cf", str(cf), "--run-dir", str(run_dir)], capsys)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
+        assert lines[0] == (f"fedml-fes: error: run directory {run_dir} holds an unfinished run (rounds 0-1 of 2 "
+                            f"done): pass --resume to continue it, or another --run-dir (or remove the folder) "
+                            f"to start over")
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
+
+
+def test_a_fresh_run_removes_an_earlier_runs_checkpoint_and_client_state(tmp_path, tiny_model_dir):
+    """A new run into a folder that held a run never leaves that run's checkpoint to --resume,
+    nor its clients' pseudo labels to a labeling pass (which reads a client's previous labels)."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1}))
     run_dir = make_run_dir(cfg, str(tmp_path / "run"))
     (run_dir / CHECKPOINT_FILE).write_text("an earlier run's")
     (run_dir / SNAPSHOT_DIR / "round-00007").mkdir(parents=True)
-    run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
+    stale = run_dir / "clients" / "3" / "pseudo_labels.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"example_ids": [0, 1], "labels": [1, 1], "probs": [[0, 1], [0, 1]], "passes": 7}))
+    run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)  # FedCLS: no labeling pass writes labels
     assert load_checkpoint(run_dir)["round"] == 0
     assert [p.name for p in (run_dir / SNAPSHOT_DIR).iterdir()] == ["round-00000"]
+    assert not stale.exists()
 
 
 @pytest.mark.slow

@@ -228,9 +228,27 @@ def restore_files(run_dir: str | os.PathLike, state: dict[str, Any]) -> None:
     _prune_snapshots(run_dir, keep=state["snapshot"])
 
 
-def remove_checkpoint(run_dir: str | os.PathLike) -> None:
-    """A fresh run in a folder that held another run: its checkpoint must never be resumed
-    with the new run's files."""
+def check_fresh(run_dir: str | os.PathLike | None) -> None:
+    """Before a fresh run (no --resume) into `run_dir`: a run left unfinished there (a checkpoint
+    and no completed summary.json) is never overwritten; one line says how to continue it or
+    start over. A completed run's folder may be reused (its files are replaced)."""
+    if not run_dir or not (Path(run_dir) / CHECKPOINT_FILE).is_file() or _summary_status(Path(run_dir)) == "completed":
+        return
+    try:
+        meta = load_checkpoint(run_dir)
+        done = f"rounds 0-{meta['round']} of {meta['num_rounds']} done"
+    except FesError:
+        done = f"its {CHECKPOINT_FILE} does not load"
+    raise FesError(f"run directory {run_dir} holds an unfinished run ({done}): pass --resume to continue it, "
+                   f"or another --run-dir (or remove the folder) to start over")
+
+
+def clear_earlier_run(run_dir: str | os.PathLike) -> None:
+    """A fresh run in a folder that held another run: that run's checkpoint must never be
+    resumed with the new run's files, and its client folders (pseudo labels, trial labels,
+    caches) must never be read as the new run's: a labeling pass reads the client's previous
+    labels. The server's own `clients/` only: cross-silo silos keep theirs in their own folders."""
     run_dir = Path(run_dir)
     (run_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
     shutil.rmtree(run_dir / SNAPSHOT_DIR, ignore_errors=True)
+    shutil.rmtree(run_dir / CLIENTS_DIR, ignore_errors=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import FesError
 from ..report.metrics import RunRecorder
-from .checkpoint import (CHECKPOINT_FILE, config_differences, config_mismatch, load_checkpoint, remove_checkpoint,
+from .checkpoint import (CHECKPOINT_FILE, config_differences, config_mismatch, load_checkpoint, clear_earlier_run,
                          restore_files, result_config, save_checkpoint)
 from .job import Job
 from .phases import PhaseSequence
@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 
 class ServerSession:
     """`resume`: continue the run in `run_dir` from its checkpoint (the config must match the
-    checkpointed run's in every key that changes results); else a fresh run, and a checkpoint
-    an earlier run left in the folder is removed so that it can never be resumed with this
-    run's files."""
+    checkpointed run's in every key that changes results); else a fresh run, and the checkpoint
+    and client folders an earlier run left in the folder are removed, so that it can never be
+    resumed with this run's files nor its pseudo labels read as this run's."""
 
     def __init__(self, job: Job, aggregator: AggregatorLike, run_dir: Path, runtime: str, resume: bool = False):
         self.job = job
@@ -39,7 +39,7 @@ class ServerSession:
         if resume:
             self._resume()
         else:
-            remove_checkpoint(self.run_dir)
+            clear_earlier_run(self.run_dir)
 
     @property
     def next_round(self) -> int:

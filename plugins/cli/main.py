@@ -158,10 +158,12 @@ def _leave_now(code: int) -> None:
 
 
 def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | None:
-    """--resume: the run can be continued (checked before anything is written); None without it."""
+    """--resume: the run can be continued (checked before anything is written); None without it,
+    when a run left unfinished in --run-dir is refused rather than overwritten."""
+    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
     if not opts.resume:
+        check_fresh(opts.run_dir)
         return None
-    from fedml_fes.runtime.checkpoint import check_resume
     return check_resume(cfg, opts.run_dir)
 
 
