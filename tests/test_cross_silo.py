@@ -219,3 +219,60 @@ def test_launcher_refuses_an_unreachable_broker_before_starting_anything(tmp_pat
         run_local(str(cf), [], str(tmp_path / "run"), echo=lambda _l: None)
     assert time.monotonic() - start < 15
     assert not (tmp_path / "run" / "processes.json").exists()
+
+
+LOCK_HOLDER = """
+import sys, time
+from fedml_fes.runtime.rundir import lock_run_dir
+lock_run_dir(sys.argv[1])
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+def _locker(run_dir, env=None):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(run_dir)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_a_cross_silo_run_dir_held_by_a_live_run_is_refused(tmp_path, capsys):
+    """The server, a silo and the local launcher each hold their run directory's lock: a
+    second process into a live one's folder is one line, and nothing in the folder changes."""
+    cf, _ports = _grpc_config(tmp_path)
+    run = tmp_path / "live"
+    run.mkdir()
+    (run / "metrics.csv").write_text("round,test_acc\n0,0.5\n")
+    holder = _locker(run)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for argv in (["cross-silo", "--role", "server", "--rank", "0"], ["cross-silo", "--role", "client", "--rank", "1"],
+                     ["cross-silo-local"]):
+            assert _cli([*argv, "--cf", str(cf), "--run-dir", str(run)]) == 1
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"run directory {run} is in use by another live run" in err, err
+        assert sorted(p.name for p in run.iterdir()) == [".lock", "metrics.csv"]
+        assert (run / "metrics.csv").read_text() == "round,test_acc\n0,0.5\n"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_process_started_by_the_lock_holder_writes_under_its_lock(tmp_path):
+    """The cross-silo launcher holds its folder and starts the server there: the server (named
+    the folder in its environment) runs under the launcher's lock; any other process is refused."""
+    import os
+    from fedml_fes.runtime.rundir import inherited_lock_env, lock_run_dir, release_run_dir
+    run = tmp_path / "run"
+    run.mkdir()
+    lock_run_dir(run)
+    try:
+        child = _locker(run, env={**os.environ, **inherited_lock_env(run)})
+        assert child.stdout.readline().strip() == "locked"
+        child.kill()
+        child.wait()
+        stranger = _locker(run)
+        assert stranger.wait(timeout=60) == 1 and "is in use by another live run" in stranger.stderr.read()
+    finally:
+        release_run_dir(run)

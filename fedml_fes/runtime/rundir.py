@@ -7,6 +7,11 @@ the process's life, so a second run pointed at the same directory is refused ins
 interleaving its rows into the first one's metrics.csv. The kernel drops the lock when its
 process ends, however it ends: a `.lock` left by a dead run never blocks the next one.
 
+A launcher that holds a run directory's lock for the processes it starts (the cross-silo
+launcher's server process writes into the launcher's folder) names the folder in their
+environment (`inherited_lock_env`); a process whose run directory is named there does not
+lock it again, since its parent holds it for as long as it lives.
+
 No torch here: these checks answer in a fraction of a second.
 """
 from __future__ import annotations
@@ -26,6 +31,7 @@ except ImportError:  # not on POSIX: runs are not locked
     fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = ".lock"
+INHERITED_LOCK_ENV = "FES_RUN_DIR_LOCKED"  # the run directory the starting process holds locked
 _held: dict[str, IO[str]] = {}  # real path -> the open lock file this process holds
 
 
@@ -65,10 +71,21 @@ def _holder(f: IO[str]) -> str:
         return ""
 
 
+def inherited_lock_env(path: str | os.PathLike) -> dict[str, str]:
+    """Environment for processes started by the holder of `path`'s lock: they write there
+    under that lock instead of taking their own (which the holder's would refuse)."""
+    return {INHERITED_LOCK_ENV: os.path.realpath(_absolute(path))}
+
+
+def _held_here(real: str) -> bool:
+    """This process, or the launcher that started it, holds the lock of `real`."""
+    return real in _held or os.environ.get(INHERITED_LOCK_ENV) == real
+
+
 def check_not_locked(path: str | os.PathLike) -> None:
     """Fail if a live process holds `path`'s run lock (a stale `.lock` passes); takes nothing."""
     lock = os.path.join(_absolute(path), LOCK_FILE)
-    if fcntl is None or os.path.realpath(_absolute(path)) in _held or not os.path.isfile(lock):
+    if fcntl is None or _held_here(os.path.realpath(_absolute(path))) or not os.path.isfile(lock):
         return
     try:
         f = open(lock)
@@ -88,7 +105,7 @@ def lock_run_dir(path: str | os.PathLike) -> None:
     """Hold `<path>/.lock` exclusively until this process ends (again in the same process: a
     no-op); another live holder is one error line. File systems without locks run unlocked."""
     real = os.path.realpath(_absolute(path))
-    if fcntl is None or real in _held:
+    if fcntl is None or _held_here(real):
         return
     try:
         f = open(os.path.join(real, LOCK_FILE), "a+")

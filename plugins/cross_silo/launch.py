@@ -70,32 +70,37 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
     """Run dir, services, and the effective config every process reads, checked."""
     from fedml_fes.config import CommConfig, config_from_dict, read_sections
     from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import release_run_dir
 
     raw = read_sections(config_path, overrides)
     probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     cfg = config_from_dict(probe, source=str(config_path))
-    path = make_run_dir(cfg, run_dir)
-    comm = raw.setdefault("comm_args", {})
-    comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
-    backend = str(cfg.comm.backend).upper()
-    if local_services and backend == "MQTT_S3":
-        services.append(start_mosquitto(path / "services" / "mosquitto"))
-        services.append(start_s3(path / "services" / "s3"))
-        comm["customized_training_mqtt_config"] = services[0].config
-        comm["customized_training_s3_config"] = services[1].config
-    elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
-        comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve())
-    elif local_services and backend == "GRPC":
-        silo_num = int(comm.get("silo_num") or 0)
-        if silo_num < 1:  # take the count from the configured ipconfig
-            _, s = load_cross_silo(config_path, overrides)
-            silo_num = s.silo_num
-        _local_grpc_ipconfig(path / "grpc_ipconfig.csv", silo_num)
-        comm["grpc_ipconfig_path"] = str(path / "grpc_ipconfig.csv")
-        comm["silo_num"] = silo_num
-    effective = path / "cross_silo.yaml"
-    effective.write_text(yaml.safe_dump(raw, sort_keys=False))
-    cfg, settings = load_cross_silo(effective)
+    path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns; its server writes under it
+    try:
+        comm = raw.setdefault("comm_args", {})
+        comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
+        backend = str(cfg.comm.backend).upper()
+        if local_services and backend == "MQTT_S3":
+            services.append(start_mosquitto(path / "services" / "mosquitto"))
+            services.append(start_s3(path / "services" / "s3"))
+            comm["customized_training_mqtt_config"] = services[0].config
+            comm["customized_training_s3_config"] = services[1].config
+        elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
+            comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve())
+        elif local_services and backend == "GRPC":
+            silo_num = int(comm.get("silo_num") or 0)
+            if silo_num < 1:  # take the count from the configured ipconfig
+                _, s = load_cross_silo(config_path, overrides)
+                silo_num = s.silo_num
+            _local_grpc_ipconfig(path / "grpc_ipconfig.csv", silo_num)
+            comm["grpc_ipconfig_path"] = str(path / "grpc_ipconfig.csv")
+            comm["silo_num"] = silo_num
+        effective = path / "cross_silo.yaml"
+        effective.write_text(yaml.safe_dump(raw, sort_keys=False))
+        cfg, settings = load_cross_silo(effective)
+    except BaseException:
+        release_run_dir(path)
+        raise
     return path, effective, cfg, settings
 
 
@@ -103,12 +108,14 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
               echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
     """Run server + silos here; returns the server's summary, raises FesError with the error line."""
     from fedml_fes.runtime.job import check_before_run
+    from fedml_fes.runtime.rundir import inherited_lock_env, release_run_dir
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
     from fedml_fes.config import parse_overrides
 
     services: list[Service] = []
     children: dict[str, Child] = {}
+    path = None
     try:
         path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
                                                   local_services, services)
@@ -120,7 +127,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         else:
             preflight(settings, 0)
         ensure_mlm_build(cfg, echo)
-        env = dict(os.environ)
+        env = {**os.environ, **inherited_lock_env(path)}
         if cfg.common.torch_threads > 0:
             env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
         (path / "logs").mkdir(exist_ok=True)
@@ -143,6 +150,8 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
             child.stop()
         for service in services:
             service.stop()
+        if path is not None:
+            release_run_dir(path)
     if error or server_rc != 0:
         raise FesError(error or f"the server exited with code {server_rc} (see {path / 'logs' / 'server.log'})")
     return json.loads((path / "summary.json").read_text())

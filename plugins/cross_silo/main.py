@@ -63,7 +63,9 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
 
     from fedml_fes_plugins.cross_silo.transport import fedml_args
     from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
-    run_dir = make_run_dir(cfg, opts.run_dir or str(default_run_dir(cfg, opts.role, opts.rank)))
+    # locked for this process's life (a second server or silo into it is refused with one line),
+    # unless the cross-silo launcher that started it holds the lock (rundir.inherited_lock_env)
+    run_dir = make_run_dir(cfg, opts.run_dir or str(default_run_dir(cfg, opts.role, opts.rank)), lock=True)
     if opts.role == "server":
         from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
         ensure_mlm_build(cfg, emit)
