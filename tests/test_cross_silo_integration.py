@@ -425,3 +425,50 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
     summary = json.loads(next((dirs[0] / "runs").glob("*/summary.json")).read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 2
     assert "silos joined: ranks [1, 2] over MQTT_S3" in (tmp_path / "entry0.log").read_text()
+
+
+def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run(tmp_path, tiny_model_dir,
+                                                                                 monkeypatch, capsys):
+    """FedFSL over gRPC (pseudo labels on the silos' disks): the server is SIGKILLed while it
+    saves round 1's checkpoint, after the silos labeled in round 1. Re-running without --resume
+    is refused; `cross-silo-local --resume` continues after round 0, every silo restores its
+    devices to its snapshot of round 0, and the run ends as the uninterrupted in-process run."""
+    from fedml_fes_plugins.cli.main import main
+    from fedml_fes_plugins.cross_silo.launch import run_local
+
+    from .test_resume import KILLER
+    cf = _config(tmp_path, tiny_model_dir, "GRPC", train_args={"method": "fedfsl", "comm_round": 3},
+                 data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+                 pseudo_args={"label_clients": 3, "per_pass": 10}, comm_args={"round_timeout_s": 120})
+    killer = tmp_path / "killer"
+    killer.mkdir()
+    (killer / "sitecustomize.py").write_text(KILLER)
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as env:  # the launcher passes its environment to the server and silos
+        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(killer), os.environ.get("PYTHONPATH")])))
+        env.setenv("FES_TEST_KILL", "save:1")
+        with pytest.raises(FesError, match="the server exited with code -9"):
+            run_local(str(cf), [], str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S)
+    labeled = sorted((run_dir / "silos").glob("*/clients/*/pseudo_labels.json"))
+    assert labeled and (run_dir / "checkpoint.pt").is_file()
+    assert any((run_dir / "silos").glob("*/checkpoint_clients/round-00000"))
+
+    capsys.readouterr()
+    assert main(["cross-silo-local", "--cf", str(cf), "--run-dir", str(run_dir), "--local-services"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds an unfinished run (rounds 0-0 of 3 done): pass --resume" in err[0], err
+
+    lines: list[str] = []
+    summary = run_local(str(cf), [], str(run_dir), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S,
+                        resume=True)
+    local = _in_process(cf, tmp_path / "local")
+    assert summary["status"] == "completed" and summary["per_round"] == local["per_round"]
+    assert any(line.startswith("resuming after round 0 of 3") for line in lines), lines
+    assert any("devices restored to the end of round 0" in line for line in lines), lines
+    keep = ("round", "clients", "pseudo_total", "pseudo_labeled", "pseudo_acc", "test_acc", "train_loss")
+    assert [[r[k] for k in keep] for r in _rows(run_dir)] == [[r[k] for k in keep] for r in _rows(tmp_path / "local")]
+
+    def labels(paths) -> dict:
+        return {p.parent.name: p.read_bytes() for p in paths}
+    assert labels((run_dir / "silos").glob("*/clients/*/pseudo_labels.json")) == \
+        labels((tmp_path / "local" / "clients").glob("*/pseudo_labels.json"))

@@ -22,8 +22,11 @@ linked inode never changes under the snapshot. Caches are snapshotted too: they 
 deterministic, but their hit counts and the proxy's one-time embedding cost go into
 client_costs.csv, which then also matches the uninterrupted run. The server can snapshot
 what its processes share a file system with: the in-process runtime and mpirun (whose ranks
-already share `clients/`, since any rank may play any client); cross-silo silos keep their
-folders on their own machines and are not covered.
+already share `clients/`, since any rank may play any client). Cross-silo silos keep their
+folders on their own machines and snapshot them themselves (`snapshot_clients` at the first
+message of each round: the end of the round before); a server that starts tells each silo
+the round it continues after, and the silo restores that snapshot (`restore_clients`), or
+empties its folders for a fresh run.
 
 Atomic: the snapshot folder is complete before a temp file holding the state is fsynced and
 renamed to `checkpoint.pt` (which names the snapshot); older snapshots are removed after. A
@@ -173,8 +176,8 @@ def _prune_snapshots(run_dir: Path, keep: str) -> None:
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def save_checkpoint(run_dir: str | os.PathLike, round_idx: int, state: dict[str, Any]) -> None:
-    """The state after `round_idx`, with a snapshot of the client folders (see the module doc)."""
+def snapshot_clients(run_dir: str | os.PathLike, round_idx: int) -> str:
+    """Hard-link `clients/` into the snapshot of `round_idx` (replacing a cut-short one); its name."""
     run_dir = Path(run_dir)
     snap = _snapshot_name(round_idx)
     snap_dir = run_dir / snap
@@ -183,6 +186,13 @@ def save_checkpoint(run_dir: str | os.PathLike, round_idx: int, state: dict[str,
     for rel, src in _client_files(run_dir / CLIENTS_DIR).items():
         _place(src, snap_dir / rel)
     snap_dir.mkdir(parents=True, exist_ok=True)
+    return snap
+
+
+def save_checkpoint(run_dir: str | os.PathLike, round_idx: int, state: dict[str, Any]) -> None:
+    """The state after `round_idx`, with a snapshot of the client folders (see the module doc)."""
+    run_dir = Path(run_dir)
+    snap = snapshot_clients(run_dir, round_idx)
     files = {name: (run_dir / name).stat().st_size if (run_dir / name).is_file() else None for name in TRACKED_FILES}
     full = {**state, "version": VERSION, "round": round_idx, "snapshot": snap, "files": files}
     tmp = run_dir / f".{CHECKPOINT_FILE}.tmp{os.getpid()}"
@@ -213,6 +223,34 @@ def restore_files(run_dir: str | os.PathLike, state: dict[str, Any]) -> None:
     snap_dir = run_dir / state["snapshot"]
     if not snap_dir.is_dir():
         raise FesError(f"cannot resume {run_dir}: the checkpoint's client snapshot {state['snapshot']} is missing")
+    _make_clients_equal(run_dir, snap_dir)
+    _prune_snapshots(run_dir, keep=state["snapshot"])
+
+
+def restore_clients(run_dir: str | os.PathLike, round_idx: int) -> bool:
+    """`clients/` as it was at the end of `round_idx` (its snapshot); round -1: empty, as before
+    any round. False, and nothing changed, when no snapshot of that round is here."""
+    run_dir = Path(run_dir)
+    if round_idx < 0:
+        shutil.rmtree(run_dir / CLIENTS_DIR, ignore_errors=True)
+        shutil.rmtree(run_dir / SNAPSHOT_DIR, ignore_errors=True)
+        return True
+    snap_dir = run_dir / _snapshot_name(round_idx)
+    if not snap_dir.is_dir():
+        return False
+    _make_clients_equal(run_dir, snap_dir)
+    return True
+
+
+def prune_snapshots(run_dir: str | os.PathLike, keep: int) -> None:
+    """Keep the newest `keep` client snapshots (by round)."""
+    root = Path(run_dir) / SNAPSHOT_DIR
+    if root.is_dir():
+        for d in sorted(root.iterdir())[:-keep or None]:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _make_clients_equal(run_dir: Path, snap_dir: Path) -> None:
     wanted = _client_files(snap_dir)
     clients = run_dir / CLIENTS_DIR
     for rel, path in _client_files(clients).items():
@@ -225,7 +263,6 @@ def restore_files(run_dir: str | os.PathLike, state: dict[str, Any]) -> None:
         dst = clients / rel
         if not (dst.exists() and os.path.samefile(src, dst)):
             _place(src, dst)
-    _prune_snapshots(run_dir, keep=state["snapshot"])
 
 
 def check_fresh(run_dir: str | os.PathLike | None) -> None:

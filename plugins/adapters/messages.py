@@ -14,6 +14,9 @@ KEY_RANK = "fes_rank"
 KEY_FINGERPRINT = "fes_fingerprint"
 KEY_SESSION = "fes_session"  # one per silo process: tells a restart from a join retry
 KEY_STATE = "fes_state"  # {str(client_id): pseudo labels stored}
+# in a WELCOME while the server starts: the round its run continues after (-1: a fresh run);
+# the silo makes its devices' folders what they were at the end of that round
+KEY_START_AFTER = "fes_start_after"
 KEY_ROUND = "fes_round"
 KEY_PHASE = "fes_phase"
 KEY_TASKS = "fes_tasks"

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--local-services", action="store_true",
                        help="use free loopback ports: start mosquitto and a moto S3 endpoint (MQTT_S3), "
                             "or write a fresh gRPC ipconfig (GRPC)")
-    _add_common(local)
+    _add_common(local, resume=True)
 
     plan = sub.add_parser("plan", help="choose the co-planning depth by binary search with short proxy runs",
                           description="Probe trainable depths (bias-only top layers) with short in-process runs "
@@ -128,7 +128,8 @@ def _cross_silo(opts: argparse.Namespace) -> int:
         from fedml_fes_plugins.cross_silo.main import run_guarded
         return run_guarded(opts, lambda line: print(line, flush=True))
     from fedml_fes_plugins.cross_silo.launch import run_local
-    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services))
+    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services,
+                             resume=opts.resume))
     return 0
 
 

@@ -2,7 +2,10 @@
 
 It owns devices `c` with `1 + c % K == k`; their state (pseudo labels) is in this process's
 own run directory, as on a phone's disk, so a silo restarted on the same directory picks
-up where its devices were. It joins the server (retrying until the server answers or
+up where its devices were. At the first message of each round it hard-links its devices'
+folders into a snapshot of the round before (`runtime/checkpoint.py`); a server that is
+starting says which round its run continues after, and the silo makes its devices' folders
+what they were then: empty for a fresh run, the snapshot for a resumed one. It joins the server (retrying until the server answers or
 `comm_args.join_timeout_s` passes), then answers task messages with the FedML trainer
 plugin until the server says the run is over, or nothing has come for
 `comm_args.worker_timeout_s` (the server is gone).
@@ -14,6 +17,7 @@ import uuid
 from typing import Any, Callable
 
 from fedml_fes.errors import FesError, one_line
+from fedml_fes.runtime.checkpoint import prune_snapshots, restore_clients, snapshot_clients
 from fedml_fes.runtime.job import Job
 
 from fedml_fes_plugins.cross_silo import protocol as p
@@ -24,6 +28,7 @@ from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 from fedml_fes_plugins.adapters.trainer import FesClientTrainer
 
 JOIN_RETRY_S = 1.0
+KEEP_SNAPSHOTS = 2  # a starting server continues after the last round it saw, or the one before
 
 
 class SiloClient(QueuedCommManager):
@@ -35,6 +40,8 @@ class SiloClient(QueuedCommManager):
         self.session_id = uuid.uuid4().hex
         self.devices = [c.client_id for c in job.data.clients if settings.owner_rank(c.client_id) == rank]
         self.status: str | None = None  # the server's verdict on the run
+        self.run_dir = job.store.root.parent
+        self.seen_round = -1  # the newest round a message has come for
 
     def play(self) -> None:
         self.run_role(self._run)
@@ -78,13 +85,35 @@ class SiloClient(QueuedCommManager):
             elif msg_type == m.MSG_S2C_WELCOME:
                 if msg.get(m.KEY_ERROR):
                     raise FesError(f"the server refused silo rank {self.rank}: {msg.get(m.KEY_ERROR)}")
+                start = self._start_after(msg.get(m.KEY_START_AFTER))
                 state = ", ".join(f"client {c}: {n} pseudo labels" for c, n in self.stored_state().items())
                 held = f"; resuming with stored state ({state})" if state else ""
-                self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{held}")
+                self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{start}{held}")
                 return
             elif msg_type == m.MSG_S2C_FINISH:
                 raise FesError(f"silo rank {self.rank}: the run ended before it joined "
                                f"({msg.get(m.KEY_STATUS)}: {msg.get(m.KEY_ERROR)})")
+
+    def _start_after(self, after: Any) -> str:
+        """The devices' folders as the server's run starts (None: a restart mid-run, keep them)."""
+        if after is None:
+            return ""
+        after = int(after)
+        if after < 0:
+            restore_clients(self.run_dir, -1)
+            return ""
+        if restore_clients(self.run_dir, after):
+            return f"; devices restored to the end of round {after}"
+        return f"; no snapshot of round {after} here, devices keep their stored state"
+
+    def _snapshot(self, round_idx: int) -> None:
+        """First message of a round: the devices' folders are the end of the round before."""
+        if round_idx <= self.seen_round:
+            return
+        self.seen_round = round_idx
+        if round_idx >= 1:
+            snapshot_clients(self.run_dir, round_idx - 1)
+            prune_snapshots(self.run_dir, keep=KEEP_SNAPSHOTS)
 
     # ---- serving ---------------------------------------------------------------------
     def _serve(self) -> None:
@@ -107,6 +136,8 @@ class SiloClient(QueuedCommManager):
 
     def _on_tasks(self, msg: Any) -> None:
         r, phase = msg.get(m.KEY_ROUND), msg.get(m.KEY_PHASE)
+        if isinstance(r, int):
+            self._snapshot(r)
         reply = self.message(m.MSG_C2S_UPDATES, 0, **{m.KEY_ROUND: r, m.KEY_PHASE: phase})
         try:
             tasks = p.parse_tasks(msg.get(m.KEY_TASKS))

@@ -66,15 +66,25 @@ def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
 
 
 def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, local_services: bool,
-             services: list[Service]) -> tuple[Path, Path, Any, CrossSiloSettings]:
-    """Run dir, services, and the effective config every process reads, checked."""
+             services: list[Service], resume: bool = False) -> tuple[Path, Path, Any, CrossSiloSettings]:
+    """Run dir, services, and the effective config every process reads, checked. `resume`: the
+    run in `run_dir` can be continued (else a run left unfinished there is refused)."""
     from fedml_fes.config import CommConfig, config_from_dict, read_sections
+    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
     from fedml_fes.runtime.job import make_run_dir
-    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes.runtime.rundir import check_not_locked, release_run_dir
 
     raw = read_sections(config_path, overrides)
     probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     cfg = config_from_dict(probe, source=str(config_path))
+    if run_dir:
+        check_not_locked(run_dir)  # a live run's folder: one line, before reading its checkpoint
+    if resume:
+        point = check_resume(cfg, run_dir)
+        if point["completed"]:
+            raise AlreadyCompleted(Path(run_dir), point["num_rounds"])
+    else:
+        check_fresh(run_dir)
     path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns; its server writes under it
     try:
         comm = raw.setdefault("comm_args", {})
@@ -104,9 +114,20 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
     return path, effective, cfg, settings
 
 
+class AlreadyCompleted(Exception):
+    """--resume of a run that has completed: nothing is started."""
+
+    def __init__(self, run_dir: Path, num_rounds: int):
+        super().__init__(f"the run in {run_dir} already completed all {num_rounds} rounds; nothing to resume")
+        self.run_dir = run_dir
+
+
 def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
-              echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
-    """Run server + silos here; returns the server's summary, raises FesError with the error line."""
+              echo: Callable[[str], None] = print, timeout_s: float | None = None,
+              resume: bool = False) -> dict[str, Any]:
+    """Run server + silos here; returns the server's summary, raises FesError with the error line.
+    `resume`: continue the run in `run_dir` after its checkpointed round (the silos restore
+    their devices to it); a completed run's summary is returned as it is."""
     from fedml_fes.runtime.job import check_before_run
     from fedml_fes.runtime.rundir import inherited_lock_env, release_run_dir
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
@@ -117,8 +138,12 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
     children: dict[str, Child] = {}
     path = None
     try:
-        path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
-                                                  local_services, services)
+        try:
+            path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
+                                                      local_services, services, resume)
+        except AlreadyCompleted as done:
+            echo(str(done))
+            return json.loads((done.run_dir / "summary.json").read_text())
         check_before_run(cfg)
         if settings.backend == "GRPC":
             for rank, peer in sorted(settings.grpc_peers.items()):
@@ -134,7 +159,8 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         lines: queue.Queue = queue.Queue()
         base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(effective),
                 "--tagged-output"]
-        children["server"] = Child("server", base + ["--role", "server", "--rank", "0", "--run-dir", str(path)],
+        children["server"] = Child("server", base + ["--role", "server", "--rank", "0", "--run-dir", str(path)]
+                                   + (["--resume"] if resume else []),
                                    path / "logs" / "server.log", env, lines)
         for rank in settings.ranks:
             children[f"silo{rank}"] = Child(

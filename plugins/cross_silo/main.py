@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on the same one (default: a new one under output_dir)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key (repeatable)")
+    p.add_argument("--resume", action="store_true",
+                   help="server only: continue the run in --run-dir after its last finished round (checkpoint.pt); "
+                        "silos need no flag, the server tells them which round to restore their devices to")
     p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -57,6 +60,19 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
 
     cfg, settings = load_cross_silo(opts.cf, parse_overrides(opts.set), silo_ids, server_id)
     settings.check_rank(opts.role, opts.rank)
+    resume = bool(getattr(opts, "resume", False))
+    if resume and opts.role != "server":
+        raise FesError("--resume is for the server (rank 0): a silo restores its devices to the round the resumed "
+                       "server names when it joins")
+    if opts.role == "server":
+        from fedml_fes.runtime.checkpoint import check_fresh, check_resume
+        if resume:
+            point = check_resume(cfg, opts.run_dir)
+            if point["completed"]:
+                emit(f"the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; nothing to resume")
+                return 0
+        else:
+            check_fresh(opts.run_dir)
     preflight(settings, opts.rank)
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
@@ -77,7 +93,7 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
     if opts.role == "server":
         from fedml_fes_plugins.cross_silo.server import SiloServer
         emit(f"run directory: {run_dir}")
-        server = SiloServer(args, job, run_dir, settings, emit)
+        server = SiloServer(args, job, run_dir, settings, emit, resume=resume)
         server.serve()
         if server.error:
             raise FesError(server.error)

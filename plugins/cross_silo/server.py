@@ -9,6 +9,11 @@ machines. So:
   dropped (logged in events.log) and gets no tasks until it joins again;
 - a silo that joins again (restarted) reports its devices' stored state and plays from the
   next phase on;
+- the server saves a checkpoint after every round (`ServerSession`); started with `resume`,
+  it continues after the checkpointed round, and every silo that joins while it starts is
+  told that round (`KEY_START_AFTER`, -1 for a fresh run) and makes its devices' folders what
+  they were then (its own per-round snapshots), so a resumed run plays as the uninterrupted
+  one did;
 - what comes back is parsed defensively: malformed updates are rejected and logged, and
   RoundServer rejects non-finite or mis-shaped tensors; nothing invalid is averaged in.
 """
@@ -35,13 +40,18 @@ from fedml_fes_plugins.runtimes.inprocess import format_row
 
 class SiloServer(QueuedCommManager):
     def __init__(self, args: Any, job: Job, run_dir: Path, settings: CrossSiloSettings,
-                 emit: Callable[[str], None]):
+                 emit: Callable[[str], None], resume: bool = False):
         super().__init__(args, settings, rank=0)
         self.job = job
         self.emit = emit
         self.aggregator = FesServerAggregator(job, args)
-        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}")
+        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}",
+                                     resume=resume)
+        # the round this run continues after (-1: fresh): what the starting silos restore
+        self.start_after = -1 if self.session.checkpointed is None else self.session.checkpointed
         self.server = self.session.server
+        if resume:
+            emit(f"resuming after round {self.start_after} of {self.server.num_rounds}")
         self.sessions: dict[int, str] = {}  # rank -> the process that joined last (they get FINISH)
         self.online: set[int] = set()  # silos that get tasks
         self.round_idx = -1
@@ -57,7 +67,7 @@ class SiloServer(QueuedCommManager):
     def _run(self) -> None:
         try:
             self._wait_for_silos()
-            phases = PhaseSequence(self.server)  # the round's phases, as every runtime sequences them
+            phases = self.session.phases()  # the round's phases, as every runtime sequences them; checkpointed
             while not phases.done:
                 self._phase_of(phases)
             self.summary = self.session.complete()
@@ -120,7 +130,10 @@ class SiloServer(QueuedCommManager):
                 raise FesError(error)
             self.log(f"refused {error}")
             return None, ""
-        if (err := self.send(self.message(m.MSG_S2C_WELCOME, rank, **{m.KEY_ERROR: ""}))) is not None:
+        welcome = {m.KEY_ERROR: ""}
+        if starting:  # the silo's devices start where this run starts, not where its disk is
+            welcome[m.KEY_START_AFTER] = self.start_after
+        if (err := self.send(self.message(m.MSG_S2C_WELCOME, rank, **welcome))) is not None:
             self.session.recorder.log_event(f"could not welcome silo rank {rank}: {err}")
             return None, ""
         session = str(msg.get(m.KEY_SESSION))
@@ -133,7 +146,7 @@ class SiloServer(QueuedCommManager):
         else:
             kind = "duplicate" if rank in self.online else "back"
         self.online.add(rank)
-        if kind == "duplicate":
+        if kind == "duplicate" or starting:  # starting: the silo restores to this run's start, not its disk
             return rank, kind
         state = {c: n for c, n in p.parse_state(msg.get(m.KEY_STATE)).items()
                  if c in self._unlabeled and self.settings.owner_rank(c) == rank}
