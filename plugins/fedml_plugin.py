@@ -46,45 +46,25 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()
-from fedml.core import ClientTrainer, ServerAggregator
 
 from fedml_fes.config import FesConfig, load_config
-from fedml_fes.errors import FesError, one_line
-from fedml_fes.runtime.client import LocalTrainer
-from fedml_fes.runtime.job import Job, build_job, make_run_dir
+from fedml_fes.errors import FesError
+from fedml_fes.runtime.job import build_job, make_run_dir
 from fedml_fes.runtime.methods import get_method
-from fedml_fes.runtime.payload import PLAN_KEY, pack_plan, pack_updates, pack_error, unpack_plan, unpack_updates
-from fedml_fes.runtime.phases import PhaseSequence, phases_per_round
-from fedml_fes.runtime.server import FedAvgCore
-from fedml_fes.runtime.session import ServerSession
-from fedml_fes.runtime.tasks import ClientUpdate
+from fedml_fes.runtime.phases import phases_per_round
 
+# the FedML plugins a FedMLRunner script passes: one trainer/aggregator pair for every runtime
+from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of
 from fedml_fes_plugins.adapters.data_loader import config_from_args, load
-from fedml_fes_plugins.runtimes.inprocess import format_row
+from fedml_fes_plugins.adapters.trainer import FesTrainer
 
-
-def _run_dir(args: Any) -> Path:
-    run_dir = getattr(args, "fes_run_dir", None)
-    if not run_dir:
-        raise FesError("args.fes_run_dir is not set: build args with fedml_fes_plugins.fedml_plugin.init()")
-    return Path(run_dir)
-
-
-def _abort(args: Any, code: int = 1) -> NoReturn:
-    """A raised error would leave the other processes waiting: under MPI end every rank;
-    over gRPC end this process (each silo's ServerWatch then ends that silo)."""
-    sys.stdout.flush()
-    comm = getattr(args, "comm", None)
-    if comm is not None:
-        comm.Abort(code)
-    os._exit(code)
+__all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch"]
 
 
 class ServerWatch:
@@ -292,130 +272,9 @@ def create_model(args: Any, dataset: list[Any]):
     oracle (pseudo-label accuracy); silos never hold it."""
     cfg = config_from_args(args)
     role = "server" if int(getattr(args, "rank", 0)) == 0 else "client"
-    job = build_job(cfg, role, _run_dir(args))
+    job = build_job(cfg, role, run_dir_of(args))
     if tuple(job.data.classes) != tuple(dataset[3].classes):
         raise FesError(f"the dataset's classes {dataset[3].classes} differ from the config's {job.data.classes}: "
                        "load the dataset with fedml_plugin.load_data(args)")
     args.fes_job = job
     return job.model
-
-
-def _job(model, args: Any) -> Job:
-    job = getattr(args, "fes_job", None)
-    if job is None or job.model is not model:
-        raise FesError("build the model with fedml_plugin.create_model(args, dataset) before the FeS trainer "
-                       "and aggregator: they train the model that call builds")
-    return job
-
-
-class FesTrainer(ClientTrainer):
-    """One silo: plays the FeS clients the server's plan gives its slot, one after another,
-    each from the global tensors, and answers with all their updates."""
-
-    def __init__(self, model, args: Any):
-        super().__init__(model, args)
-        self.local = LocalTrainer(_job(model, args))
-        self._global: "OrderedDict" = OrderedDict()
-        self._tasks: list = []
-        self._updates: list[ClientUpdate] = []
-        self._error: str | None = None
-
-    def set_model_params(self, model_parameters) -> None:
-        watch = getattr(self.args, "fes_server_watch", None)
-        if watch is not None:  # the server is up: from now on its exit ends this silo
-            watch.heard()
-        params, self._tasks = unpack_plan(model_parameters, int(self.id))
-        if params:
-            self._global = params
-
-    def get_model_params(self):
-        if self._error is not None:
-            return pack_error(f"rank {int(self.id) + 1}: {self._error}")
-        return pack_updates(self._updates)
-
-    def train(self, train_data, device, args) -> None:
-        job = self.local.job
-        self._updates = []
-        try:
-            for task in self._tasks:
-                self.local.set_params(self._global)
-                self._updates.append(self.local.run(task, job.data.clients[task.client_id]))
-        except Exception as e:  # reported to the server in the answer, which ends the run
-            self._error = f"client {self._tasks[len(self._updates)].client_id}: {one_line(e)}"
-
-    def test(self, test_data, device, args) -> None:
-        return None  # the server evaluates the global model
-
-
-class FesAggregator(ServerAggregator):
-    """The server: FedML's hooks drive FeS's round logic (`RoundServer`) phase by phase."""
-
-    def __init__(self, model, args: Any):
-        super().__init__(model, args)
-        self.job = _job(model, args)
-        self.slots = int(args.worker_num)
-        self._session: ServerSession | None = None
-        self._phases: PhaseSequence | None = None
-        self._results: list[ClientUpdate] = []
-        self.summary: dict[str, Any] | None = None
-
-    # Every rank of a FedMLRunner script builds both plugins; only the server's aggregator is
-    # used, so the run's records (and the zero-shot evaluation) start at its first call.
-    @property
-    def session(self) -> ServerSession:
-        if self._session is None:
-            self._session = ServerSession(self.job, FedAvgCore(self.job), _run_dir(self.args),
-                                          runtime="fedml_cross_silo")
-        return self._session
-
-    @property
-    def phases(self) -> PhaseSequence:
-        if self._phases is None:
-            self._phases = PhaseSequence(self.session.server)
-        return self._phases
-
-    def _message(self):
-        """The next phase's message: its plan, with the global tensors if any silo works."""
-        params = self.session.server.global_params() if self.phases.tasks else OrderedDict()
-        return pack_plan(params, self.phases.round_idx, self.phases.name, self.phases.tasks, self.slots)
-
-    def get_model_params(self):
-        return self._message()
-
-    def set_model_params(self, model_parameters) -> None:
-        # FedML hands back what `aggregate` returned: the global tensors are already loaded
-        params = OrderedDict((k, v) for k, v in model_parameters.items() if k != PLAN_KEY)
-        if params:
-            self.session.server.aggregator.set_model_params(params)
-
-    def _fail(self, error: str) -> NoReturn:
-        """Record the run as failed (summary.json), say it in one line, end the processes."""
-        print(f"error: {error}", flush=True)
-        self.session.fail(error)
-        _abort(self.args)
-
-    def on_before_aggregation(self, raw_client_model_or_grad_list):
-        try:
-            self._results = [u for _n, payload in raw_client_model_or_grad_list for u in unpack_updates(payload)]
-        except FesError as e:
-            self._fail(f"failed in round {self.phases.round_idx}: {e}")
-        return raw_client_model_or_grad_list, list(range(len(raw_client_model_or_grad_list)))
-
-    def aggregate(self, raw_client_model_or_grad_list):
-        try:
-            row = self.phases.finish(self._results)
-        except Exception as e:
-            self._fail(f"failed in round {self.phases.round_idx}: {one_line(e)}")
-        if row is not None:
-            print(format_row(row, self.job.method.primary_metric), flush=True)
-        if self.phases.done and self.summary is None:
-            self.summary = self.session.complete()
-            print(f"done: {self.job.method.primary_metric}={self.summary.get('final')} "
-                  f"(summary.json in {self.session.run_dir})", flush=True)
-        return self._message()
-
-    def test(self, test_data, device, args) -> dict[str, float]:
-        return dict(self.session.server.last_scores)
-
-    def test_all(self, train_data_local_dict, test_data_local_dict, device, args) -> bool:
-        return True

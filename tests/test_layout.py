@@ -48,3 +48,24 @@ def test_no_product_file_reads_shared():
     assert product
     hits = [str(p.relative_to(REPO)) for p in product if "../shared" in p.read_text() or "/shared/" in p.read_text()]
     assert not hits, hits
+
+
+def test_one_fedml_trainer_and_aggregator_for_every_runtime():
+    """The round logic sits behind one ClientTrainer and one ServerAggregator class, which the
+    FedMLRunner script, the in-process runtime, the MPI managers and the cross-silo processes
+    all drive (issue 13: no runtime keeps its own pair)."""
+    bases: dict[str, list[str]] = {"ClientTrainer": [], "ServerAggregator": []}
+    for path in PLUGINS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
+                    if name in bases:
+                        bases[name].append(f"{path.relative_to(PLUGINS)}:{node.name}")
+    assert bases == {"ClientTrainer": ["adapters/trainer.py:FesTrainer"],
+                     "ServerAggregator": ["adapters/aggregator.py:FesAggregator"]}
+    users = {"runtimes/inprocess.py", "runtimes/mpi_managers.py", "cross_silo/server.py", "cross_silo/client.py",
+             "fedml_plugin.py"}
+    for rel in users:
+        text = (PLUGINS / rel).read_text()
+        assert "adapters.trainer import FesTrainer" in text or "adapters.aggregator import FesAggregator" in text, rel

@@ -98,3 +98,15 @@ def _fmt(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return " ".join(str(x) for x in v)
     return v
+
+
+def _shown(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def format_row(row: dict[str, Any], metric: str) -> str:
+    """One metrics row as the progress line every runtime prints."""
+    line = f"round {row['round']:>3}: {metric}={_shown(row.get(metric))}  train_loss={row['train_loss']:.4f}"
+    if "pseudo_total" in row and "pseudo_acc" in row:
+        line += f"  pseudo={row['pseudo_total']} (pass acc {_shown(row['pseudo_acc'])})"
+    return line + f"  clients={row['clients']}  {row['round_wall_s']:.1f}s"

@@ -25,7 +25,7 @@ from fedml_fes_plugins.cross_silo import protocol as p
 from fedml_fes_plugins.adapters import messages as m
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
-from fedml_fes_plugins.adapters.trainer import FesClientTrainer
+from fedml_fes_plugins.adapters.trainer import FesTrainer
 
 JOIN_RETRY_S = 1.0
 KEEP_SNAPSHOTS = 2  # a starting server continues after the last round it saw, or the one before
@@ -36,7 +36,8 @@ class SiloClient(QueuedCommManager):
         super().__init__(args, settings, rank=rank)
         self.job = job
         self.emit = emit
-        self.trainer = FesClientTrainer(job, args)
+        args.fes_job = job  # what the FedML plugins share
+        self.trainer = FesTrainer(job.model, args)
         self.session_id = uuid.uuid4().hex
         self.devices = [c.client_id for c in job.data.clients if settings.owner_rank(c.client_id) == rank]
         self.status: str | None = None  # the server's verdict on the run

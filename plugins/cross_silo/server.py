@@ -23,19 +23,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from fedml_fes.report.metrics import format_row
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.phases import PhaseSequence
-from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from fedml_fes_plugins.cross_silo import protocol as p
 
 from fedml_fes_plugins.adapters import messages as m
-from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
-from fedml_fes_plugins.runtimes.inprocess import format_row
 
 
 class SiloServer(QueuedCommManager):
@@ -44,9 +43,10 @@ class SiloServer(QueuedCommManager):
         super().__init__(args, settings, rank=0)
         self.job = job
         self.emit = emit
-        self.aggregator = FesServerAggregator(job, args)
-        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}",
-                                     resume=resume)
+        args.fes_job = job  # what the FedML plugins share
+        self.aggregator = FesAggregator(job.model, args)
+        self.session = self.aggregator.open(run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}",
+                                            resume=resume)
         # the round this run continues after (-1: fresh): what the starting silos restore
         self.start_after = -1 if self.session.checkpointed is None else self.session.checkpointed
         self.server = self.session.server
@@ -67,7 +67,7 @@ class SiloServer(QueuedCommManager):
     def _run(self) -> None:
         try:
             self._wait_for_silos()
-            phases = self.session.phases()  # the round's phases, as every runtime sequences them; checkpointed
+            phases = self.aggregator.phases  # the round's phases, as every runtime sequences them; checkpointed
             while not phases.done:
                 self._phase_of(phases)
             self.summary = self.session.complete()
@@ -165,7 +165,7 @@ class SiloServer(QueuedCommManager):
         self.round_idx = r
         updates = self._phase(r, name, tasks) if tasks or name == "train" else []
         try:
-            row = phases.finish(updates)
+            row = self.aggregator.finish_phase(updates)
         except FesError as e:
             if name != "train":
                 raise

@@ -5,7 +5,6 @@ same FedML plugin objects as under mpirun, with function calls instead of messag
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,23 +12,13 @@ from tqdm.auto import tqdm
 
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError, one_line
+from fedml_fes.report.metrics import format_row
 from fedml_fes.runtime.job import build_job
 
-from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.offline import offline_fedml_init
-from fedml_fes_plugins.adapters.trainer import FesClientTrainer
+from fedml_fes_plugins.adapters.trainer import FesTrainer
 from fedml_fes_plugins.runtimes.signals import interrupt_reason, stop_requested
-
-
-def _shown(value: Any) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
-
-
-def format_row(row: dict[str, Any], metric: str) -> str:
-    line = f"round {row['round']:>3}: {metric}={_shown(row.get(metric))}  train_loss={row['train_loss']:.4f}"
-    if "pseudo_total" in row and "pseudo_acc" in row:
-        line += f"  pseudo={row['pseudo_total']} (pass acc {_shown(row['pseudo_acc'])})"
-    return line + f"  clients={row['clients']}  {row['round_wall_s']:.1f}s"
 
 
 def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progress: bool = False) -> None:
@@ -57,7 +46,6 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
     `interrupted` and re-raises; a failure writes it with status `failed`. Before the session
     exists (loading), summary.json holds the checkpoint's rounds when resuming, else none."""
     from fedml_fes.runtime.methods import get_method
-    from fedml_fes.runtime.session import ServerSession
 
     method_name = cfg.train.method
     method = get_method(method_name)
@@ -92,10 +80,11 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
         job = build_job(cfg, role="both", run_dir=run_dir)
         # Trainer and aggregator share one model object: the trainer overwrites every trainable
         # tensor with the global ones before each client, so sharing only saves memory.
-        trainer = FesClientTrainer(job, args)
-        aggregator = FesServerAggregator(job, args)
+        args.fes_job = job  # what the FedML plugins share, as create_model leaves it for a FedMLRunner script
+        trainer = FesTrainer(job.model, args)
+        aggregator = FesAggregator(job.model, args)
         phase("initial evaluation")
-        session = ServerSession(job, aggregator, run_dir, runtime="in_process", resume=resume)
+        session = aggregator.open(run_dir, runtime="in_process", resume=resume)
         server = session.server
         if session.next_round:
             say(f"resuming after round {session.next_round - 1} of {server.num_rounds} ({run_dir}/checkpoint.pt)")
@@ -112,10 +101,10 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             phase("training")
             bar.update(min(session.next_round, server.num_rounds))
         bar.refresh()
-        phases = session.phases()  # the round's phases, as every runtime sequences them; checkpointed
+        phases = aggregator.phases  # the round's phases, as every runtime sequences them; checkpointed
         while not phases.done:
             global_params = server.global_params() if phases.tasks else None
-            row = phases.finish([trainer.run_task(t, global_params) for t in phases.tasks])
+            row = aggregator.finish_phase([trainer.run_task(t, global_params) for t in phases.tasks])
             stop = stop_requested()
             if stop is not None:  # a stop some library swallowed: honoured between phases
                 raise stop

@@ -28,19 +28,18 @@ from fedml.core.distributed.communication.constants import CommunicationConstant
 from fedml.core.distributed.communication.message import Message
 from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
 
+from fedml_fes.report.metrics import format_row
 from fedml_fes.errors import one_line
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.payload import assign_slots
 from fedml_fes.runtime.phases import PhaseSequence
-from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
-from fedml_fes_plugins.adapters.aggregator import FesServerAggregator
+from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
 from fedml_fes_plugins.adapters.messages import (KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
                                                  MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
-from fedml_fes_plugins.adapters.trainer import FesClientTrainer
-from fedml_fes_plugins.runtimes.inprocess import format_row
+from fedml_fes_plugins.adapters.trainer import FesTrainer
 
 KEY_CLIENT = "fes_client"  # MSG_C2S_ERROR: the client id the failed rank was playing (absent: none yet)
 
@@ -67,9 +66,9 @@ class FesServerManager(_MpiManager):
         self.job = job
         self.emit = emit
         self.on_fatal = on_fatal  # last resort when the comm layer cannot end the run itself
-        self.aggregator = FesServerAggregator(job, args)
-        self.session = ServerSession(job, self.aggregator, run_dir, runtime=f"fedml_{backend.lower()}",
-                                     resume=resume)
+        args.fes_job = job  # what the FedML plugins share
+        self.aggregator = FesAggregator(job.model, args)
+        self.session = self.aggregator.open(run_dir, runtime=f"fedml_{backend.lower()}", resume=resume)
         self.server = self.session.server
         self.workers = list(range(1, size))
         self.round_idx = -1
@@ -113,7 +112,7 @@ class FesServerManager(_MpiManager):
     def _start(self) -> None:
         if self.session.next_round:
             self.emit(f"resuming after round {self.session.next_round - 1} of {self.server.num_rounds}")
-        self.phases = self.session.phases()  # the round's phases, as every runtime sequences them; checkpointed
+        self.phases = self.aggregator.phases  # the round's phases, as every runtime sequences them; checkpointed
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -152,7 +151,7 @@ class FesServerManager(_MpiManager):
             self._close()
 
     def _close(self) -> None:
-        row = self.phases.finish(self.updates)
+        row = self.aggregator.finish_phase(self.updates)
         if row is not None:
             self.emit(format_row(row, self.job.method.primary_metric))
         self._dispatch()
@@ -196,7 +195,8 @@ class FesClientManager(_MpiManager):
     def __init__(self, args: Any, job: Job, comm, rank: int, size: int, backend: str):
         super().__init__(args, comm, rank, size, backend)
         self.job = job
-        self.trainer = FesClientTrainer(job, args)
+        args.fes_job = job
+        self.trainer = FesTrainer(job.model, args)
         self.failed = False
 
     def register_message_receive_handlers(self) -> None:
