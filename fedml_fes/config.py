@@ -25,7 +25,8 @@ from .errors import FesError
 OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
 
 METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf",
-           "fes_no_dc", "fedbert_mlm")
+           "fes_no_dc", "fedbert_mlm", "adapter", "lora")
+ADAPTER_METHODS = ("adapter", "lora")  # read adapter_args
 DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "custom", "hf",
             "fednlp_h5")
 # the names users also type (HF's dataset ids, the paper's short names) for the built-in readers
@@ -208,6 +209,23 @@ class TuningConfig:
 
 
 @dataclass
+class AdapterConfig:
+    """AutoFedNLP-style adapter / LoRA tuning (train_args.method adapter | lora) through HF PEFT.
+
+    PEFT modules go in encoder layers `depth`..L-1; everything below (embeddings included) is
+    frozen, so its outputs can come from the activation cache (tuning_args.activation_cache).
+    Only the PEFT tensors (and the prompt's class bias, prompt_args.train_class_bias) train and
+    travel. See fedml_fes/tuning/adapters.py for what each method adapts.
+    """
+
+    depth: int = -1  # first encoder layer with adapters; -1: the bottom third frozen (MiniLM: 2 of 6)
+    width: int = 8  # bottleneck width = LoRA rank r
+    alpha: float = 16.0  # LoRA scaling: updates are scaled by alpha / width
+    dropout: float = 0.0  # dropout on the adapters' input while training
+    learning_rate: float = 0.0  # 0: train_args.learning_rate (adapters usually want ~1e-3)
+
+
+@dataclass
 class FilterConfig:
     """Representational filtering: which unlabeled samples are worth labeling at all."""
 
@@ -304,6 +322,7 @@ class FesConfig:
     prompt_args: PromptConfig = field(default_factory=PromptConfig)
     pseudo_args: PseudoConfig = field(default_factory=PseudoConfig)
     tuning_args: TuningConfig = field(default_factory=TuningConfig)
+    adapter_args: AdapterConfig = field(default_factory=AdapterConfig)
     filter_args: FilterConfig = field(default_factory=FilterConfig)
     pacing_args: PacingConfig = field(default_factory=PacingConfig)
     cost_args: CostConfig = field(default_factory=CostConfig)
@@ -344,9 +363,12 @@ class FesConfig:
     def for_round(self, round_idx: int, uses_pseudo: bool, bias_only: bool = False) -> "FesConfig":
         """The config a client trains with in `round_idx`: tuning_args.bias_learning_rate when
         only biases train, and the warm-up's own lr and epochs before pseudo_args.start_round
-        (methods with pseudo labels); else this one. tuning_args.bias_epochs likewise."""
+        (methods with pseudo labels); else this one. tuning_args.bias_epochs likewise, and
+        adapter_args.learning_rate for the adapter methods (adapter, lora)."""
         p, tu = self.pseudo, self.tuning
         lr = tu.bias_learning_rate if bias_only and tu.bias_learning_rate else self.train.learning_rate
+        if self.train.method in ADAPTER_METHODS and self.adapter.learning_rate:
+            lr = self.adapter.learning_rate
         epochs = tu.bias_epochs if bias_only and tu.bias_epochs else self.train.epochs
         if uses_pseudo and round_idx < p.start_round:
             lr, epochs = p.warmup_learning_rate or lr, p.warmup_epochs or epochs
@@ -357,6 +379,10 @@ class FesConfig:
     @property
     def tuning(self) -> TuningConfig:
         return self.tuning_args
+
+    @property
+    def adapter(self) -> AdapterConfig:
+        return self.adapter_args
 
     @property
     def filter(self) -> FilterConfig:
@@ -687,6 +713,18 @@ def validate_mlm(m: MlmConfig) -> None:
            f"mlm_args.dropout must be in [0, 1) or -1 (the model's own), got {m.dropout}")
 
 
+def validate_adapter(a: AdapterConfig) -> None:
+    """adapter_args' values, one error line each; depth against the model's layer count is
+    checked when the model is built (tuning.adapters.adapter_plan)."""
+    _check(a.depth >= -1, f"adapter_args.depth must be >= 0 (the first layer with adapters) or -1 (the bottom "
+                          f"third frozen), got {a.depth}")
+    _check(a.width >= 1, f"adapter_args.width must be >= 1 (bottleneck width / LoRA rank), got {a.width}")
+    _check(a.alpha > 0, f"adapter_args.alpha must be > 0, got {a.alpha}")
+    _check(0 <= a.dropout < 1, f"adapter_args.dropout must be in [0, 1), got {a.dropout}")
+    _check(a.learning_rate >= 0, f"adapter_args.learning_rate must be >= 0 (0: train_args.learning_rate), "
+                                 f"got {a.learning_rate}")
+
+
 def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -> None:
     """Value checks that the type coercion cannot express. `given`: the 'section.key's the
     config set itself (None: all); a default that does not fit is adjusted, not an error."""
@@ -751,6 +789,7 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
     _check(cfg.model.max_seq_length >= 8, f"model_args.max_seq_length must be >= 8, got {cfg.model.max_seq_length}")
     _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
     validate_mlm(cfg.mlm)
+    validate_adapter(cfg.adapter)
     _check(not cfg.tracking_args.enable_wandb,
            "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
     level = str(cfg.tracking_args.log_level).upper()

@@ -290,3 +290,16 @@ def test_mpirun_names_a_failed_rank_and_resumes_to_the_same_metrics(tmp_path, ti
     assert out.returncode == 0, out.stderr[-2000:]
     assert "resuming after round 0 of 3" in out.stdout
     _assert_same_run(whole, run_dir)
+
+
+def test_a_checkpoint_from_before_a_config_key_existed_still_resumes():
+    """A key added since the checkpoint was saved counts as its default, not as a change."""
+    from fedml_fes.config import FesConfig
+    from fedml_fes.runtime.checkpoint import config_differences, result_config
+    current = result_config(FesConfig())
+    older = {name: dict(values) for name, values in current.items() if name != "adapter_args"}
+    older["tuning_args"].pop("bias_epochs")
+    assert config_differences(older, current) == []
+    changed = {name: dict(values) for name, values in current.items()}
+    changed["adapter_args"]["width"] = 64
+    assert config_differences(older, changed) == ["adapter_args.width (None there, 64 here)"]

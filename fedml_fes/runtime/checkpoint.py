@@ -78,11 +78,15 @@ def result_config(cfg: FesConfig) -> dict[str, dict[str, Any]]:
 
 
 def config_differences(stored: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> list[str]:
-    """`section.key (stored -> current)` for every result key whose value differs."""
+    """`section.key (stored -> current)` for every result key whose value differs. A key the
+    stored config lacks (saved by a version before the key existed) counts as its default."""
+    defaults = FesConfig().to_dict()
     diffs = []
     for name in sorted(set(stored) | set(current)):
         a, b = stored.get(name, {}), current.get(name, {})
         for key in sorted(set(a) | set(b)):
+            if key not in a and b.get(key) == defaults.get(name, {}).get(key):
+                continue
             if a.get(key) != b.get(key):
                 diffs.append(f"{name}.{key} ({a.get(key)!r} there, {b.get(key)!r} here)")
     return diffs

@@ -33,6 +33,7 @@ from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
+from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan
 from ..tuning.plan import apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
@@ -227,6 +228,37 @@ class FewShot:
         return {}
 
 
+@dataclass
+class AdapterTuning(FewShot):
+    """AutoFedNLP's adapters (`adapter`) or LoRA (`lora`) on the prompt model, gold labels only.
+
+    The PET prompt and verbalizer as `prompt_only`; the encoder stays frozen except for PEFT
+    modules in layers adapter_args.depth..L-1 (`tuning.adapters`), which with the prompt's
+    class bias (prompt_args.train_class_bias) are all that trains and travels, at
+    adapter_args.learning_rate when set (`FesConfig.for_round`). The layers
+    below `depth` always run as a frozen bottom (no autograd, eval mode, as FeS's plan does),
+    cached per client when tuning_args.activation_cache is on: same results either way.
+    """
+
+    def build_model(self, cfg, classes, tokenizer, weights: bool = True):
+        pattern, verbalizer = pvp_for(cfg)
+        ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
+        self.adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, cfg.model.max_seq_length))
+        mlm = (build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed) if weights
+               else skeleton(cfg.model.model, masked_lm=True))
+        model = PromptMLM(mlm, ids)
+        self.num_classes = len(classes)
+        plan = adapter_plan(cfg.adapter, self.tuning, num_layers(model))
+        add_adapters(model.mlm, plan, cfg.common.random_seed)
+        model.freeze_vocab_bias()
+        model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
+        if weights and plan.frozen_bottom:
+            model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
+        self.plan = plan
+        self.bias_only = False
+        return model
+
+
 class FedBertMlm:
     """FedBERT-style MLM pre-training on every client's own text (no labels used).
 
@@ -346,6 +378,9 @@ PRESETS = {
     "fes_no_dc": lambda: FewShot("fes_no_dc", prompt=True, uses_pseudo=True, tuning="plan", filtering="config",
                                  pacing="static"),
     "fedbert_mlm": FedBertMlm,
+    # AutoFedNLP: PEFT adapters / LoRA above a frozen, cached bottom (adapter_args)
+    "adapter": lambda: AdapterTuning("adapter", prompt=True, uses_pseudo=False, tuning="adapter"),
+    "lora": lambda: AdapterTuning("lora", prompt=True, uses_pseudo=False, tuning="lora"),
 }
 
 
@@ -361,11 +396,15 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     never reads, so a change there cannot change its run (the benchmarks' resume check and
     shared-config check ignore them): `tuning_args` (layer plan, bias-only lr and epochs,
     activation cache) for a method that trains every weight; FeS's pacing-only keys for a
-    method without curriculum pacing."""
+    method without curriculum pacing; `adapter_args` for a method without adapters."""
     method = PRESETS.get(method_name)
     made = method() if method else None
     mode = getattr(made, "tuning", None) or model_tuning
     inert = {"tuning_args"} if mode == "full" else set()
+    if mode not in ADAPTER_KINDS:
+        inert.add("adapter_args")
+    else:  # adapters read only the activation cache's switch from tuning_args
+        inert |= {f"tuning_args.{k}" for k in ("full_layers", "bias_layers", "bias_learning_rate", "bias_epochs")}
     if made is not None and getattr(made, "pacing", "count") == "count":
         inert.add("pacing_args.train_sampling")
     return frozenset(inert)

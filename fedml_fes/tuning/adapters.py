@@ -1,0 +1,122 @@
+"""AutoFedNLP-style adapters and LoRA in the upper layers of an encoder, through HF PEFT.
+
+The PEFT modules go in encoder layers `depth`..L-1 and are the only encoder tensors that
+train (and travel); the layers below `depth` and the embeddings are frozen, so their outputs
+can come from the activation cache (`tuning.split`). Both methods are PEFT's LoRA modules,
+injected in place (`peft.inject_adapter_in_model`): parameter names stay the model's own, so
+the prompt model, the frozen-bottom split and the cost meter work unchanged.
+
+- `lora`: LoRA (Hu et al. 2021) on the attention query and value projections, the LoRA
+  paper's choice; `width` is the rank r.
+- `adapter`: a width-r bottleneck beside each layer's feed-forward output projection, built
+  as LoRA on that projection (down: intermediate -> r, up: r -> hidden, up initialised to
+  zero so training starts from the pretrained function). PEFT ships no Houlsby/Pfeiffer
+  bottleneck adapter, and none of its per-layer methods is one: IA3 and LN tuning have no
+  width, VeRA shares frozen random matrices, BOFT/OFT rotate weights, PEANuT's bottleneck
+  reads the weight matrix, not the activations. LoRA on the FFN output is the closest: He et
+  al. 2022 ("Towards a unified view of PEFT") show LoRA and adapters differ only in where the
+  bottleneck sits and whether it has a nonlinearity; here it reads the FFN's own GELU
+  features, a parallel adapter at the FFN (their best placement). Hand-written adapter layers
+  are deliberately not used: PEFT is the maintained implementation.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import ADAPTER_METHODS, AdapterConfig
+from ..errors import FesError
+
+KINDS = ADAPTER_METHODS  # train_args.method names the kind
+# module names inside an encoder layer (after `layer.<i>.`), per kind, for BERT/RoBERTa/ELECTRA
+# (MiniLM), DeBERTa and DistilBERT; which of them exist depends on the family
+TARGETS = {
+    "lora": ("attention.self.query", "attention.self.value", "attention.self.query_proj",
+             "attention.self.value_proj", "attention.q_lin", "attention.v_lin"),
+    "adapter": ("output.dense", "ffn.lin2"),
+}
+PER_LAYER = {"lora": 2, "adapter": 1}  # modules each adapted layer must have
+ADAPTER_PARAM = re.compile(r"\.lora_[AB]\.")  # PEFT's LoRA tensors: <module>.lora_A.<adapter>.weight
+_IN_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.(.+)$")
+
+
+def default_depth(total: int) -> int:
+    """The bottom third frozen, the rest adapted (a 6-layer MiniLM: adapters in layers 2-5;
+    RoBERTa-large: 8-23); at least the top layer adapted."""
+    return min(total - 1, round(total / 3))
+
+
+@dataclass(frozen=True)
+class AdapterPlan:
+    """Where the PEFT modules go and how big they are."""
+
+    kind: str
+    total: int  # encoder layers
+    depth: int  # first adapted layer = layers frozen below (the activation cache's depth)
+    width: int
+    alpha: float
+    dropout: float
+
+    @property
+    def frozen_bottom(self) -> int:
+        return self.depth
+
+    def describe(self) -> str:
+        where = "FFN output" if self.kind == "adapter" else "attention query/value"
+        frozen = f"layers 0-{self.depth - 1} frozen, " if self.depth else ""
+        return f"{frozen}{self.kind} (PEFT LoRA on {where}, width {self.width}) in layers {self.depth}-{self.total - 1}"
+
+
+def adapter_plan(a: AdapterConfig, kind: str, total: int) -> AdapterPlan:
+    """adapter_args for a model with `total` encoder layers; a depth beyond the top is one line."""
+    if kind not in KINDS:
+        raise FesError(f"adapter kind must be one of {', '.join(KINDS)}, got '{kind}'")
+    depth = default_depth(total) if a.depth < 0 else a.depth
+    if depth >= total:
+        raise FesError(f"adapter_args.depth is {a.depth}, but the model has {total} encoder layers (0-{total - 1}): "
+                       f"adapters go in layers depth..{total - 1}, so depth must be at most {total - 1}")
+    return AdapterPlan(kind, total, depth, a.width, a.alpha, a.dropout)
+
+
+def target_modules(model: nn.Module, plan: AdapterPlan) -> list[str]:
+    """Full names of the linear layers that get a PEFT module, checked layer by layer."""
+    wanted = TARGETS[plan.kind]
+    found: dict[int, list[str]] = {i: [] for i in range(plan.depth, plan.total)}
+    for name, module in model.named_modules():
+        m = _IN_LAYER.search(name)
+        if m and isinstance(module, nn.Linear) and int(m.group(1)) in found and m.group(2) in wanted:
+            found[int(m.group(1))].append(name)
+    for i, names in found.items():
+        if len(names) != PER_LAYER[plan.kind]:
+            raise FesError(f"{plan.kind}: layer {i} of {type(model).__name__} has {len(names)} of the "
+                           f"{PER_LAYER[plan.kind]} modules it adapts ({', '.join(wanted)}): supported are "
+                           f"BERT/RoBERTa/DeBERTa/DistilBERT-style encoders")
+    return [n for i in sorted(found) for n in found[i]]
+
+
+def is_adapter_param(name: str) -> bool:
+    return bool(ADAPTER_PARAM.search(name))
+
+
+def add_adapters(model: nn.Module, plan: AdapterPlan, seed: int) -> int:
+    """Inject the plan's PEFT modules into `model` in place and make them its only trainable
+    parameters; returns their count. The modules' random init (LoRA's A) comes from `seed`,
+    without touching the global RNG, so every process builds the same initial adapters."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=plan.width, lora_alpha=plan.alpha, lora_dropout=plan.dropout,
+                        target_modules=target_modules(model, plan), bias="none")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        inject_adapter_in_model(config, model)
+    count = 0
+    for name, p in model.named_parameters():
+        train = is_adapter_param(name)
+        p.requires_grad_(train)
+        count += p.numel() if train else 0
+    if count == 0:
+        raise FesError(f"{plan.kind}: no PEFT tensor was added to {type(model).__name__}")
+    return count
