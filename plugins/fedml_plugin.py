@@ -64,7 +64,7 @@ from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of
 from fedml_fes_plugins.adapters.data_loader import config_from_args, load
 from fedml_fes_plugins.adapters.trainer import FesTrainer
 
-__all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch"]
+__all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch", "MqttServerWatch"]
 
 
 class ServerWatch:
@@ -107,6 +107,56 @@ class ServerWatch:
             gone_since = gone_since or time.monotonic()
             if time.monotonic() - gone_since >= self.grace_s:
                 self.stop()
+
+
+class MqttServerWatch(ServerWatch):
+    """The same watch for FedML's MQTT_S3 silo, which also waits for the server's next message
+    forever. There is no server port to probe; instead the server's FedML connection carries
+    a last will (FedML 0.9.6 `mqtt_s3_multi_clients_comm_manager.py:98-110`: topic
+    `flserver/last_will_msg`, payload `{"ID": <server id>, "status": "OFFLINE"}`) that the
+    broker publishes when that connection drops without a goodbye: a server that was killed
+    or ended itself after a failure. This watch subscribes to it on its own connection; a live
+    will (not the retained copy an earlier run left on the broker) marks the server gone, and
+    after `grace_s` (a finished run's FINISH ends the silo well before) the silo stops in one
+    line."""
+
+    TOPIC = "flserver/last_will_msg"  # CommunicationConstants.SERVER_TOP_LAST_WILL_MSG
+
+    def __init__(self, mqtt_config: dict, server_id: int, rank: int, grace_s: float = 30.0, every_s: float = 1.0):
+        import uuid
+
+        import paho.mqtt.client as mqtt
+        self.server_id = str(server_id)
+        self.gone = threading.Event()
+        host, port = str(mqtt_config["BROKER_HOST"]), int(mqtt_config["BROKER_PORT"])
+        self.client = mqtt.Client(client_id=f"fes-server-watch-{rank}-{uuid.uuid4().hex[:8]}", clean_session=True)
+        if mqtt_config.get("MQTT_USER"):
+            self.client.username_pw_set(str(mqtt_config["MQTT_USER"]), str(mqtt_config.get("MQTT_PWD") or ""))
+        self.client.on_connect = lambda client, _u, _f, _rc: client.subscribe(self.TOPIC, qos=1)
+        self.client.on_message = self._on_will
+        self.client.connect_async(host, port, int(mqtt_config.get("MQTT_KEEPALIVE") or 60))
+        self.client.loop_start()
+        super().__init__(host, port, rank, grace_s=grace_s, every_s=every_s)
+
+    def _on_will(self, _client, _userdata, msg) -> None:
+        import json
+        if msg.retain:  # an earlier run's server, kept by the broker
+            return
+        try:
+            will = json.loads(msg.payload)
+        except ValueError:
+            return
+        if isinstance(will, dict) and str(will.get("ID")) == self.server_id and will.get("status") == "OFFLINE":
+            self.gone.set()
+
+    def server_alive(self) -> bool:
+        return not self.gone.is_set()
+
+    def stop(self, why: str = "") -> None:
+        detail = f" ({why})" if why else ""
+        print(f"error: the server (rank 0, MQTT broker {self.ip}:{self.port}) is gone; silo rank {self.rank} "
+              f"stops{detail}", flush=True)
+        os._exit(1)
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:
@@ -257,6 +307,7 @@ def _init(argv: list[str]) -> Any:
         args.customized_training_s3_config = dict(s3)
         if rank != 0:
             args.client_id = rank
+            args.fes_server_watch = MqttServerWatch(mqtt, args.server_id, rank)
     return offline_fedml_init(args, run_dir)
 
 

@@ -316,6 +316,50 @@ def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faul
         assert p.returncode == 1 and "is gone; silo rank" in out, out[-2000:]
 
 
+@pytest.mark.slow
+def test_a_failed_mqtt_s3_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faults):
+    """The same over MQTT_S3: the server fails and exits; the broker publishes its connection's
+    last will, and each silo's MqttServerWatch ends it in one line (FedML's silo would wait
+    for the server's next message forever)."""
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+    from .test_cross_silo_services import ensure_mosquitto
+    ensure_mosquitto()
+    faults(raise_in_round=1)
+    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
+    try:
+        comm = {"backend": "MQTT_S3", "silo_num": 2, "run_id": "fes-runner-fail",
+                "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
+                                                    "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
+                "customized_training_s3_config": dict(s3.config)}
+        cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, comm_args=comm))
+        run_dir = tmp_path / "fedml"
+        procs, outs = _rank_processes(cf, run_dir, timeout_s=300)  # a hang fails here
+    finally:
+        broker.stop()
+        s3.stop()
+    assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+    for p, out in zip(procs[1:], outs[1:]):
+        assert p.returncode == 1 and "(rank 0, MQTT broker 127.0.0.1:" in out and "is gone; silo rank" in out, \
+            out[-2000:]
+
+
+def test_mqtt_server_watch_reads_only_a_live_will_of_its_own_server():
+    """A will the broker kept from an earlier run (retained) or another server's is no news."""
+    from fedml_fes_plugins.fedml_plugin import MqttServerWatch
+    watch = object.__new__(MqttServerWatch)  # no broker: only the will's reading runs
+    watch.server_id, watch.gone = "0", __import__("threading").Event()
+
+    def will(payload: dict, retain: bool = False):
+        watch._on_will(None, None, SimpleNamespace(payload=json.dumps(payload).encode(), retain=retain))
+    will({"ID": 0, "status": "OFFLINE"}, retain=True)
+    will({"ID": 7, "status": "OFFLINE"})
+    will({"ID": 0, "status": "ONLINE"})
+    assert watch.server_alive()
+    will({"ID": 0, "status": "OFFLINE"})
+    assert not watch.server_alive()
+
+
 class _FakeWatch:
     def __init__(self, armed: bool, alive: bool):
         import threading
