@@ -22,4 +22,5 @@ KEY_PHASE = "fes_phase"
 KEY_TASKS = "fes_tasks"
 KEY_UPDATES = "fes_updates"
 KEY_ERROR = "fes_error"
+KEY_CLIENT = "fes_client"  # MSG_C2S_ERROR: the client id the failed rank was playing (absent: none yet)
 KEY_STATUS = "fes_status"

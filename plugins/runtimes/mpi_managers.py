@@ -37,11 +37,9 @@ from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
-from fedml_fes_plugins.adapters.messages import (KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
+from fedml_fes_plugins.adapters.messages import (KEY_CLIENT, KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
                                                  MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
 from fedml_fes_plugins.adapters.trainer import FesTrainer
-
-KEY_CLIENT = "fes_client"  # MSG_C2S_ERROR: the client id the failed rank was playing (absent: none yet)
 
 
 def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:
