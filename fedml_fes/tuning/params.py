@@ -34,8 +34,9 @@ def payload_bytes(state: "OrderedDict[str, torch.Tensor]") -> int:
 
 
 def validate_update(update: "OrderedDict[str, torch.Tensor]",
-                    reference: "OrderedDict[str, torch.Tensor]", sender: str) -> None:
-    """Reject an update whose keys, shapes or dtypes differ from the global one, or non-finite."""
+                    reference: "OrderedDict[str, torch.Tensor]", sender: str, finite: bool = True) -> None:
+    """Reject an update whose keys, shapes or dtypes differ from the global one, or non-finite
+    (`finite=False`: the caller checks that itself, as `change_norm` with a sender does)."""
     if list(update.keys()) != list(reference.keys()):
         missing = set(reference) - set(update)
         extra = set(update) - set(reference)
@@ -47,7 +48,7 @@ def validate_update(update: "OrderedDict[str, torch.Tensor]",
             got = (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__
             raise FesError(f"update from {sender}: tensor '{name}' is {got}, expected "
                            f"{(tuple(ref.shape), ref.dtype)}")
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if finite and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise FesError(f"update from {sender}: tensor '{name}' has non-finite values")
 
 
@@ -87,14 +88,30 @@ def l2_norm(state: "OrderedDict[str, torch.Tensor]") -> float:
     return math.sqrt(total)
 
 
-def change_norm(update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDict[str, torch.Tensor]") -> float:
-    """L2 norm of update - reference over the floating tensors (float64; inf when it overflows)."""
+def _tensor_change(t: torch.Tensor, ref: torch.Tensor) -> float:
+    """L2 norm of t - ref: one pass in (at least) float32, no float64 copies of the model's
+    tensors; again in float64 only when that overflows (values over ~1e19 square past float32's
+    range), so a non-finite result means a non-finite element."""
+    wide = torch.float32 if t.element_size() <= 4 else t.dtype
+    norm = float(torch.linalg.vector_norm(t.detach().to("cpu", wide) - ref.detach().to("cpu", wide)))
+    if not math.isfinite(norm):
+        norm = float(torch.linalg.vector_norm(t.detach().to("cpu", torch.float64) - ref.detach().to("cpu", torch.float64)))
+    return norm
+
+
+def change_norm(update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDict[str, torch.Tensor]",
+                sender: str | None = None) -> float:
+    """L2 norm of update - reference over the floating tensors (inf when it overflows). With a
+    `sender`, a tensor holding NaN or inf is rejected here, naming it (the finite-value check
+    of `validate_update`, at no extra pass over a finite tensor)."""
     total = 0.0
     for name, ref in reference.items():
         t = update[name]
         if t.is_floating_point():
-            diff = t.detach().to("cpu", torch.float64) - ref.detach().to("cpu", torch.float64)
-            total += float(torch.linalg.vector_norm(diff) ** 2)
+            norm = _tensor_change(t, ref)
+            if not math.isfinite(norm) and sender is not None and not bool(torch.isfinite(t).all()):
+                raise FesError(f"update from {sender}: tensor '{name}' has non-finite values")
+            total += norm * norm
     return math.sqrt(total)
 
 
@@ -120,11 +137,11 @@ def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", sende
             weight, params = entry
             if not isinstance(params, dict):
                 raise FesError(f"update from {names[i]} carries {type(params).__name__}, not named tensors")
-            validate_update(params, reference, names[i])
+            validate_update(params, reference, names[i], finite=False)  # change_norm checks the values
             if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
                     math.isfinite(weight) and weight > 0):
                 raise FesError(f"update from {names[i]} has weight {weight!r}")
-            norm = change_norm(params, reference)
+            norm = change_norm(params, reference, names[i])
             if not math.isfinite(norm) or norm > bound:
                 raise FesError(f"update from {names[i]} is out of bounds: its change has L2 norm {norm:.3g}, over "
                                f"{ABSOLUTE_NORM_FACTOR:g} x the global model's norm ({bound:.3g})")
