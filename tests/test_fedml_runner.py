@@ -430,3 +430,19 @@ def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():
         assert issubclass(StartupTolerantGrpcCommManager, before)
     finally:
         grpc_comm_manager.GRPCCommManager = before
+
+
+def test_tensors_cross_the_mpi_wire_as_arrays_bit_for_bit():
+    """The MPI managers pickle numpy views (one buffer copy) instead of torch tensors; what
+    arrives is the same values, dtypes and names, and a malformed payload stays malformed."""
+    import pickle
+    import numpy as np
+    from fedml_fes_plugins.adapters.mpi_transport import tensors_from_wire, tensors_to_wire
+    sent = OrderedDict(w=torch.randn(4, 3), b=torch.randn(3, dtype=torch.float64), i=torch.arange(5),
+                       h=torch.randn(2, dtype=torch.bfloat16), g=torch.randn(2, requires_grad=True))
+    wire = tensors_to_wire(sent)
+    assert all(isinstance(wire[k], np.ndarray) for k in "wbig") and isinstance(wire["h"], torch.Tensor)
+    got = tensors_from_wire(pickle.loads(pickle.dumps(wire, protocol=5)))
+    assert list(got) == list(sent)
+    assert all(got[k].dtype == sent[k].dtype and torch.equal(got[k], sent[k].detach()) for k in sent)
+    assert tensors_from_wire("not tensors") == "not tensors" and tensors_to_wire(None) is None

@@ -36,7 +36,7 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
-from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
+from fedml_fes_plugins.adapters.mpi_transport import tensors_from_wire, tensors_to_wire, use_blocking_mpi
 from fedml_fes_plugins.adapters.messages import (KEY_CLIENT, KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
                                                  MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
 from fedml_fes_plugins.adapters.trainer import FesTrainer
@@ -125,7 +125,7 @@ class FesServerManager(_MpiManager):
         if not tasks and self.phase == "label":
             self._close()
             return
-        params = self.server.global_params()
+        params = tensors_to_wire(self.server.global_params())
         plan = assign_tasks(tasks, self.workers)
         self.pending = set(plan)
         for worker, worker_tasks in plan.items():
@@ -144,7 +144,8 @@ class FesServerManager(_MpiManager):
             self.session.recorder.log_event(f"ignored stale message from rank {sender}")
             return
         self.pending.discard(sender)
-        self.updates.extend(ClientUpdate(**u) for u in msg.get(KEY_UPDATES))
+        self.updates.extend(ClientUpdate(**{**u, "params": tensors_from_wire(u.get("params"))})
+                            for u in msg.get(KEY_UPDATES))
         if not self.pending:
             self._close()
 
@@ -204,7 +205,7 @@ class FesClientManager(_MpiManager):
 
     def _on_tasks(self, msg) -> None:
         r = msg.get(KEY_ROUND)
-        params = msg.get(Message.MSG_ARG_KEY_MODEL_PARAMS)
+        params = tensors_from_wire(msg.get(Message.MSG_ARG_KEY_MODEL_PARAMS))
         reply = Message(MSG_C2S_UPDATES, self.rank, 0)
         playing = None
         try:
@@ -220,7 +221,7 @@ class FesClientManager(_MpiManager):
             if playing is not None:
                 reply.add_params(KEY_CLIENT, playing)
         else:
-            reply.add_params(KEY_UPDATES, [vars(u) for u in updates])
+            reply.add_params(KEY_UPDATES, [{**vars(u), "params": tensors_to_wire(u.params)} for u in updates])
         reply.add_params(KEY_ROUND, r)
         reply.add_params(KEY_PHASE, msg.get(KEY_PHASE))
         self.send_message(reply)
