@@ -1,5 +1,6 @@
 """FeS driven by FedML's own runtime: `mpi/fedml_fes_main.py` (a FedML user's FedMLRunner
 script) under a real `mpirun -np 3`, against the in-process runtime on the same config."""
+import contextlib
 import json
 import os
 import subprocess
@@ -269,29 +270,35 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
 
 
+@contextlib.contextmanager
+def _mqtt_s3(tmp_path: Path, run_id: str):
+    """mosquitto and a moto S3 endpoint on loopback: the comm_args for the FedMLRunner script."""
+    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+    from .test_cross_silo_services import ensure_mosquitto
+    ensure_mosquitto()
+    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
+    try:
+        yield {"backend": "MQTT_S3", "silo_num": 2, "run_id": run_id,
+               "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
+                                                   "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
+               "customized_training_s3_config": dict(s3.config)}
+    finally:
+        broker.stop()
+        s3.stop()
+
+
 @pytest.mark.slow
 def test_fedml_runner_script_over_mqtt_s3_matches_in_process(tmp_path, tiny_model_dir):
     """The same FedMLRunner script over FedML's MQTT_S3 backend: messages through a mosquitto
     broker, tensors through a (moto) S3 bucket, both on loopback; the same metrics rows as
     the in-process runtime."""
-    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    from .test_cross_silo_services import ensure_mosquitto
-    ensure_mosquitto()
-    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
-    try:
-        comm = {"backend": "MQTT_S3", "silo_num": 2, "run_id": "fes-runner-test",
-                "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
-                                                    "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
-                "customized_training_s3_config": dict(s3.config)}
+    with _mqtt_s3(tmp_path, "fes-runner-test") as comm:
         raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2}, comm_args=comm,
                            **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
         cf = write_config(tmp_path / "c.yaml", raw)
         run_dir = tmp_path / "fedml"
         procs, outs = _rank_processes(cf, run_dir, timeout_s=900)
-    finally:
-        broker.stop()
-        s3.stop()
     assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo"
@@ -321,22 +328,11 @@ def test_a_failed_mqtt_s3_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, f
     """The same over MQTT_S3: the server fails and exits; the broker publishes its connection's
     last will, and each silo's MqttServerWatch ends it in one line (FedML's silo would wait
     for the server's next message forever)."""
-    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
-    from .test_cross_silo_services import ensure_mosquitto
-    ensure_mosquitto()
     faults(raise_in_round=1)
-    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
-    try:
-        comm = {"backend": "MQTT_S3", "silo_num": 2, "run_id": "fes-runner-fail",
-                "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
-                                                    "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
-                "customized_training_s3_config": dict(s3.config)}
+    with _mqtt_s3(tmp_path, "fes-runner-fail") as comm:
         cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, comm_args=comm))
         run_dir = tmp_path / "fedml"
         procs, outs = _rank_processes(cf, run_dir, timeout_s=300)  # a hang fails here
-    finally:
-        broker.stop()
-        s3.stop()
     assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     for p, out in zip(procs[1:], outs[1:]):
