@@ -7,10 +7,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import BertConfig, BertForMaskedLM
 
-from fedml_fes.config import config_from_dict
+from fedml_fes.config import AdapterConfig, config_from_dict
 from fedml_fes.cost.accounting import TaskRecord, cumulative_hours, first_round_reaching, round_costs, totals_up_to
 from fedml_fes.cost.calibrate import Timing, fit
-from fedml_fes.cost.flops import EncoderShape, encoder_parameters, training_batch_flops
+from fedml_fes.cost.flops import (FFN_OUT, QKV, EncoderShape, LoraShape, encoder_parameters, lora_backward_flops,
+                                  lora_forward_flops, training_batch_flops)
 from fedml_fes.cost.meter import TaskMeter
 from fedml_fes.cost.network import Network
 from fedml_fes.cost.profiles import DeviceProfile, load_profile, profile_from_dict
@@ -18,6 +19,7 @@ from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.classifier import PromptAdapter, train_examples
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
+from fedml_fes.tuning.adapters import add_adapters, adapter_plan
 from fedml_fes.tuning.plan import LayerPlan, apply_tuning
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom
 
@@ -43,10 +45,19 @@ def _model(tok, mode, plan=None, seed=0):
     return m
 
 
-@pytest.mark.parametrize("mode,plan", [("full", None), ("bias", None), ("plan", LayerPlan(4, 1, 1)),
-                                       ("plan", LayerPlan(4, 0, 2))])
-def test_recorded_flops_match_torch_flop_counter(tok, mode, plan):
-    model = _model(tok, mode, plan)
+def _adapter_model(tok, kind, depth):
+    """The tiny model of `_model` with PEFT modules (width 8) in layers depth..3, built as the
+    adapter methods build it: the frozen bottom below them split off, its activations cached."""
+    model = _model(tok, "full")
+    add_adapters(model.mlm, adapter_plan(AdapterConfig(depth=depth, width=8), kind, 4), seed=0)
+    model.freeze_vocab_bias()
+    if depth:
+        model.split = FrozenBottom(model.mlm.base_model, depth)
+        model.split.cache = ActivationCache()
+    return model
+
+
+def _check_against_counter(tok, model):
     batch = PromptEncoder(tok, "{text_a} It was {mask}.", 64).batch(TEXTS[:4])
     if model.split is not None:  # a warm cache: the bottom is not recomputed, nor counted
         with torch.no_grad():
@@ -56,6 +67,66 @@ def test_recorded_flops_match_torch_flop_counter(tok, mode, plan):
     m = meter.metrics()
     assert m["cost_bwd_flops"] > 0
     assert (m["cost_fwd_flops"] + m["cost_bwd_flops"]) == pytest.approx(counter.get_total_flops(), rel=0.03)
+
+
+@pytest.mark.parametrize("mode,plan", [("full", None), ("bias", None), ("plan", LayerPlan(4, 1, 1)),
+                                       ("plan", LayerPlan(4, 0, 2))])
+def test_recorded_flops_match_torch_flop_counter(tok, mode, plan):
+    _check_against_counter(tok, _model(tok, mode, plan))
+
+
+@pytest.mark.parametrize("kind", ["lora", "adapter"])
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_recorded_flops_with_peft_modules_match_torch_flop_counter(tok, kind, depth):
+    """Only the LoRA matrices pay weight gradients; in the lowest adapted layer autograd stops
+    at the adapted projection (the adapter: the FFN output, so almost nothing below it runs)."""
+    model = _adapter_model(tok, kind, depth)
+    if depth == 3:  # a single adapted layer: the attention's backward (counted flash-style) would
+        model.split = None  # dominate, so the whole model runs, the bottom forward without gradients
+    _check_against_counter(tok, model)
+
+
+def test_frozen_base_matrices_pay_no_weight_gradients(tok):
+    """Adapted layers cost what bias-only layers cost plus the small LoRA matrices' share, not the
+    weight gradients of full layers (rank 8 beside q and v of a 64-wide layer: 1/8 of them)."""
+    enc = PromptEncoder(tok, "{text_a} It was {mask}.", 64)
+    out = {}
+    for name, model in (("lora", _adapter_model(tok, "lora", 1)), ("bias", _model(tok, "plan", LayerPlan(4, 0, 3))),
+                        ("full", _model(tok, "plan", LayerPlan(4, 3, 0)))):
+        model.split = None
+        with TaskMeter(model) as meter:
+            model(**enc.batch(TEXTS[:4])).sum().backward()
+        out[name] = meter.metrics()["cost_bwd_flops"]
+    assert 0 < out["lora"] - out["bias"] < 0.13 * (out["full"] - out["bias"])
+
+
+def test_lora_formulas():
+    """Rank r beside a linear in -> out, T tokens: forward 2Tr(in+out); backward 2Tr(in+out) for
+    the weight gradients and as much for the activation gradient, less A's input gradient
+    (2T in r) where that input needs none: in the lowest layer, at or below its lowest trainable stage."""
+    q = LoraShape(64, 8, 64, QKV, True, True)
+    ffn = LoraShape(128, 8, 64, FFN_OUT, True, True)
+    assert lora_forward_flops([q, ffn], 10) == 2 * 10 * 8 * (128 + 192)
+    upper = 4 * 10 * 8 * (64 + 64)
+    assert lora_backward_flops(10, [(q,), (q,)], -1) == 2 * upper
+    assert lora_backward_flops(10, [(q,), (q,)], QKV) == 2 * upper - 2 * 10 * 64 * 8
+    assert lora_backward_flops(10, [(q, ffn)], QKV) == upper - 2 * 10 * 64 * 8 + 4 * 10 * 8 * (128 + 64)
+    assert lora_backward_flops(10, [(ffn,)], FFN_OUT) == 4 * 10 * 8 * (128 + 64) - 2 * 10 * 128 * 8
+    frozen = LoraShape(64, 8, 64, QKV, False, False)
+    assert lora_backward_flops(10, [(frozen,)], QKV) == 0 and lora_backward_flops(10, [(), (frozen,)], QKV) == upper / 2
+
+
+# FLOPs one training task (2 epochs of 3 batches) recorded before the meter counted PEFT modules:
+# the methods without them must keep these numbers exactly
+RECORDED = {("full", None): (43303424.0, 87759872.0), ("bias", None): (43303424.0, 46865408.0),
+            ("plan", LayerPlan(4, 1, 1)): (30907392.0, 29925376.0),
+            ("plan", LayerPlan(4, 0, 2)): (30907392.0, 19701760.0)}
+
+
+@pytest.mark.parametrize("mode,plan", list(RECORDED))
+def test_methods_without_peft_modules_cost_what_they_did(tok, mode, plan):
+    m = _train_metered(tok, _model(tok, mode, plan))
+    assert (m["cost_fwd_flops"], m["cost_bwd_flops"]) == RECORDED[(mode, plan)]
 
 
 def test_cold_cache_counts_the_bottom_forward_only(tok):

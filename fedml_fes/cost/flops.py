@@ -15,10 +15,20 @@ hidden h and feed-forward width i:
 Bias-only layers (BitFit) pay the activation gradients but no weight gradients; layers
 below the lowest trainable one pay no backward at all, and a frozen bottom served from
 the activation cache pays nothing in that pass.
+
+LoRA modules (PEFT's, the `adapter` and `lora` methods) beside a frozen linear in -> out,
+rank r: forward 2*T*r*(in+out) on top of the frozen matrix's; in a layer that gets gradients,
+weight gradients 2*T*r*(in+out) for A and B and activation gradients 2*T*r*(in+out) through
+the LoRA path (B's input, then A's input: 2*T*in*r of it is left out where A's input needs no
+gradient). The frozen base matrices pay no weight gradient, only their activation gradients,
+as in a bias-only layer. When the lowest trainable tensor of the lowest layer sits above its
+Q/K/V projections (an adapter at the FFN output), autograd stops there: the activation
+gradients below it in that layer are not computed (`lowest_layer_unused`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from ..errors import FesError
 
@@ -67,6 +77,66 @@ def backward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, grad_la
     if not input_grad:
         act -= 2.0 * tokens * 3 * shape.hidden * shape.hidden
     return act + weight_layers * lin
+
+
+# where a linear sits in an encoder layer, in forward order (BERT-style layer)
+QKV, ATTENTION_OUTPUT, FFN_IN, FFN_OUT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class LoraShape:
+    """One active LoRA module: rank `rank` beside a frozen linear `inputs` -> `outputs` at `stage`."""
+
+    inputs: int
+    rank: int
+    outputs: int
+    stage: int  # QKV, ATTENTION_OUTPUT, FFN_IN or FFN_OUT
+    a_trains: bool
+    b_trains: bool
+
+    @property
+    def trains(self) -> bool:
+        return self.a_trains or self.b_trains
+
+
+def lora_forward_flops(modules: Sequence[LoraShape], tokens: float) -> float:
+    """Forward of the LoRA paths (x A^T, then B) of `modules` on T tokens each."""
+    return 2.0 * tokens * sum(m.rank * (m.inputs + m.outputs) for m in modules)
+
+
+def lora_backward_flops(tokens: float, layers: Sequence[Sequence[LoraShape]], first_stage: int) -> float:
+    """Backward of the LoRA modules in the layers that get activation gradients (`layers`, lowest first).
+
+    Per module: weight gradients of A (T*in*r) and B (T*r*out) where they train; B's input
+    gradient where A trains or A's input needs a gradient; A's input gradient where A's
+    input needs one: in every layer but the lowest, and in the lowest for modules above
+    `first_stage` (the stage of its lowest trainable tensor; -1: the layer's input needs a
+    gradient too). 2 FLOPs per multiply-add.
+    """
+    total = 0
+    for k, modules in enumerate(layers):
+        for m in modules:
+            x_grad = k > 0 or m.stage > first_stage
+            total += m.inputs * m.rank if m.a_trains else 0
+            total += m.rank * m.outputs if m.b_trains else 0
+            total += m.rank * m.outputs if (m.a_trains or x_grad) else 0
+            total += m.inputs * m.rank if x_grad else 0
+    return 2.0 * tokens * total
+
+
+def lowest_layer_unused(shape: EncoderShape, tokens: float, sq_tokens: float, stage: int) -> float:
+    """Activation gradients `backward_flops` counts in the lowest layer (input needing no gradient)
+    that autograd does not compute when that layer's lowest trainable tensor sits at `stage`:
+    above the attention output projection nothing below it in the layer needs a gradient."""
+    h, i = shape.hidden, shape.intermediate
+    unused = 0.0
+    if stage >= ATTENTION_OUTPUT:  # its input gradient and the attention's backward
+        unused += 2.0 * tokens * h * h + 10.0 * sq_tokens * h
+    if stage >= FFN_IN:  # the FFN input projection's input gradient
+        unused += 2.0 * tokens * h * i
+    if stage >= FFN_OUT:  # the FFN output projection's input gradient
+        unused += 2.0 * tokens * i * h
+    return unused
 
 
 def encoder_parameters(shape: EncoderShape, vocab: int, positions: int = 512) -> tuple[int, int]:

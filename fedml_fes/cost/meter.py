@@ -5,6 +5,9 @@ padded batch width, how many layers ran (the frozen-bottom split swaps the layer
 call, so a cached bottom simply never shows up), whether autograd is on and which layers
 train. That gives the FLOPs of exactly what ran, for any method, without touching the
 training code; the numbers are the same in every runtime because they depend on shapes only.
+PEFT LoRA modules in a layer (the `adapter` and `lora` methods) are counted as what they
+are: their own small matrices' forward and gradients, the frozen base matrices beside them
+paying activation gradients only (see `flops`).
 Memory is measured alongside (see `memory`). Hooks read, never change, tensors.
 """
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .flops import EncoderShape, backward_flops, forward_flops, head_flops
+from .flops import (ATTENTION_OUTPUT, FFN_IN, FFN_OUT, QKV, EncoderShape, LoraShape, backward_flops,
+                    forward_flops, head_flops, lora_backward_flops, lora_forward_flops, lowest_layer_unused)
 from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, ParameterReads, SavedTensorMeter, parameter_bytes
 
 
@@ -43,18 +47,60 @@ def head_width(model: nn.Module) -> int:
 @dataclass(frozen=True)
 class _LayerInfo:
     lowest_trainable: int | None  # index (in the list that ran) of the lowest layer with a trainable tensor
-    weight_layers: int  # layers whose matrices train
+    weight_layers: int  # layers whose own matrices train (LoRA matrices not counted: see `lora`)
+    lora: tuple[tuple[LoraShape, ...], ...] = ()  # per layer, its active LoRA modules; () when none has any
+    first_stage: int = QKV  # where the lowest trainable layer's lowest trainable tensor sits
+
+
+def _stage(name: str) -> int:
+    """Where the linear `name` (inside a layer) sits: BERT/RoBERTa/ELECTRA, DeBERTa, DistilBERT names."""
+    last = name.rsplit(".", 1)[-1]
+    if name.endswith("attention.output.dense") or last == "out_lin":
+        return ATTENTION_OUTPUT
+    if name.endswith("intermediate.dense") or last == "lin1":
+        return FFN_IN
+    if name.endswith("output.dense") or last == "lin2":
+        return FFN_OUT
+    return QKV  # Q/K/V, and anything not recognised: as if it read the layer's input
+
+
+def _lora_modules(layer: nn.Module) -> tuple[list[LoraShape], set[int]]:
+    """The layer's active PEFT LoRA modules (vanilla LoRA: x A^T B^T beside the base linear), and
+    the ids of all LoRA tensors in it, active or not."""
+    found: list[LoraShape] = []
+    ids: set[int] = set()
+    for name, m in layer.named_modules():
+        a, b = getattr(m, "lora_A", None), getattr(m, "lora_B", None)
+        if not (isinstance(a, nn.ModuleDict) and isinstance(b, nn.ModuleDict)):
+            continue
+        ids.update(id(p) for p in a.parameters())
+        ids.update(id(p) for p in b.parameters())
+        if getattr(m, "merged", False) or getattr(m, "disable_adapters", False):
+            continue  # the base linear alone runs
+        for key in getattr(m, "active_adapters", list(a.keys())):
+            if key in a and key in b:
+                wa, wb = a[key].weight, b[key].weight  # (r, in), (out, r)
+                found.append(LoraShape(int(wa.shape[1]), int(wa.shape[0]), int(wb.shape[0]), _stage(name),
+                                       wa.requires_grad, wb.requires_grad))
+    return found, ids
 
 
 def _layer_info(layers: nn.ModuleList) -> _LayerInfo:
     lowest = None
     weights = 0
+    first = QKV
+    lora: list[tuple[LoraShape, ...]] = []
     for i, layer in enumerate(layers):
+        modules, lora_ids = _lora_modules(layer)
+        lora.append(tuple(modules))
         params = list(layer.parameters())
         if lowest is None and any(p.requires_grad for p in params):
             lowest = i
-        weights += any(p.requires_grad and p.dim() == 2 for p in params)
-    return _LayerInfo(lowest, weights)
+            others = any(p.requires_grad and id(p) not in lora_ids for p in params)
+            trained = [m.stage for m in modules if m.trains]
+            first = QKV if others or not trained else min(trained)
+        weights += any(p.requires_grad and p.dim() == 2 and id(p) not in lora_ids for p in params)
+    return _LayerInfo(lowest, weights, tuple(lora) if any(lora) else (), first)
 
 
 class TaskMeter:
@@ -145,6 +191,8 @@ class TaskMeter:
         t, sq = b * w, b * w * w
         self.encoder_calls += 1
         self.fwd += forward_flops(self.shape, t, sq, n)
+        if info.lora:
+            self.fwd += lora_forward_flops([m for modules in info.lora for m in modules], t)
         if bottom:
             self.bottom_tokens += t
             self._interleaved |= self._train_started
@@ -160,6 +208,10 @@ class TaskMeter:
                 self._saved.start_pass()  # a new training step: activations of the last one are gone
             grad_layers = n if input_grad else n - info.lowest_trainable
             self.bwd += backward_flops(self.shape, t, sq, grad_layers, info.weight_layers, input_grad)
+            if info.lora:
+                first = -1 if input_grad else info.first_stage
+                self.bwd += lora_backward_flops(t, info.lora[n - grad_layers:], first) - \
+                    lowest_layer_unused(self.shape, t, sq, first)
 
     # ---- context ----------------------------------------------------------------------------
     def __enter__(self) -> "TaskMeter":
