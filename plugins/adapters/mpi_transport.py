@@ -1,4 +1,4 @@
-"""FedML's MPI transport without its polling loop.
+"""FedML's MPI transport without its polling loops.
 
 FedML 0.9.6 `core/distributed/communication/mpi/com_manager.py`, lines 86-94
 (`MpiCommunicationManager.handle_receive_message`): `while not stopped: if q.qsize() > 0:
@@ -10,6 +10,7 @@ This subclass blocks on the same queue instead and wakes when a message arrives 
 from __future__ import annotations
 
 import queue
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -20,11 +21,45 @@ from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.mpi.com_manager import MpiCommunicationManager
+from fedml.core.distributed.communication.mpi.mpi_receive_thread import MPIReceiveThread
 
 STOP_CHECK_S = 0.1
+PROBE_MIN_S, PROBE_MAX_S = 0.001, 0.02  # the receive thread's probe interval, backing off when idle
+
+
+class BackoffReceiveThread(MPIReceiveThread):
+    """FedML 0.9.6 `mpi/mpi_receive_thread.py:27-31` probes for a message every 1 ms for the
+    whole run (`while not comm.Iprobe(): time.sleep(0.001)`): 1,000 wake-ups a second in every
+    rank, each entering MPI's progress engine and taking the GIL, while the worker ranks train.
+    This thread probes as often right after a message and backs off to every 20 ms while
+    nothing comes (a round's messages are seconds apart; at most 20 ms is added to one)."""
+
+    def run(self) -> None:
+        wait = PROBE_MIN_S
+        while not self._stop_event.is_set():
+            if self.comm.Iprobe():
+                self.q.put(self.comm.recv())
+                wait = PROBE_MIN_S
+                continue
+            time.sleep(wait)
+            wait = min(wait * 2, PROBE_MAX_S)
 
 
 class BlockingMpiCommManager(MpiCommunicationManager):
+    def init_server_communication(self):
+        return self._start_receiving("ServerReceiveThread", "_server_receive_thread")
+
+    def init_client_communication(self):
+        return self._start_receiving("ClientReceiveThread", "_client_receive_thread")
+
+    def _start_receiving(self, name: str, attribute: str):
+        """FedML's queues (fedml 0.9.6 `mpi/com_manager.py:37-66`) with the backing-off thread."""
+        receive: queue.Queue = queue.Queue(0)
+        thread = BackoffReceiveThread(self.comm, self.rank, self.size, name, receive)
+        setattr(self, attribute, thread)
+        thread.start()
+        return queue.Queue(0), receive
+
     def handle_receive_message(self) -> None:
         self._notify_connection_ready()
         while not self._stop_running:
