@@ -442,3 +442,38 @@ def test_tensors_cross_the_mpi_wire_as_arrays_bit_for_bit():
     assert list(got) == list(sent)
     assert all(got[k].dtype == sent[k].dtype and torch.equal(got[k], sent[k].detach()) for k in sent)
     assert tensors_from_wire("not tensors") == "not tensors" and tensors_to_wire(None) is None
+
+
+def test_the_mpi_receive_thread_backs_off_while_idle_and_stops():
+    """FedML's receive thread probed every 1 ms for the whole run; ours queues every message
+    in order, probes less and less often while none comes (up to PROBE_MAX_S), and stops."""
+    import queue
+    import threading
+    import time
+    from fedml_fes_plugins.adapters import mpi_transport as t
+
+    class FakeComm:
+        def __init__(self):
+            self.pending, self.probes, self.lock = [], [], threading.Lock()
+
+        def Iprobe(self):
+            with self.lock:
+                self.probes.append(time.monotonic())
+                return bool(self.pending)
+
+        def recv(self):
+            with self.lock:
+                return self.pending.pop(0)
+
+    comm, got = FakeComm(), queue.Queue()
+    thread = t.BackoffReceiveThread(comm, 1, 3, "test", got)
+    thread.start()
+    time.sleep(0.5)  # idle: about 25 probes at the backed-off interval, not 500
+    idle = len(comm.probes)
+    with comm.lock:
+        comm.pending += ["a", "b"]
+    assert [got.get(timeout=1), got.get(timeout=1)] == ["a", "b"]
+    thread.stop()
+    thread.join(timeout=2)
+    assert not thread.is_alive()
+    assert 3 <= idle <= 0.5 / t.PROBE_MAX_S + 10, idle  # FedML's thread: about 500
