@@ -14,7 +14,8 @@ process per rank, all with the same run directory:
 
 Over FedML's MQTT_S3 backend (comm_args.backend: MQTT_S3, comm_args.silo_num, your broker
 and bucket in comm_args.customized_training_mqtt_config / customized_training_s3_config)
-start ranks 0..silo_num the same way.
+start ranks 0..silo_num the same way. A stopped run continues with --resume added to every
+rank's command line (same --run-dir and config): the server checkpoints every round.
  Rank 0 is the server, ranks 1..N-1 are
 silos that play the FeS clients the server's plan gives them. Results land in the run
 directory it prints (metrics.csv, summary.json), as for `fedml-fes run`.

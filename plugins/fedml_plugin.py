@@ -167,12 +167,14 @@ def parse_cli(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a config key (repeatable)")
     p.add_argument("--rank", type=int, default=None, help="gRPC backend: this process's rank (0 = server)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --run-dir after its last checkpointed round (every rank, same flags)")
     opts, _fedml_flags = p.parse_known_args(argv)  # FedML's own flags (--rank, --role) pass through
     opts.overrides = parse_overrides(opts.set)
     return opts
 
 
-def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
+def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int, start_round: int = 0) -> Any:
     """FedML's flat namespace for a FeS run over `worker_num` silos (see the module doc).
 
     Shims over FedML 0.9.6, each tested in tests/test_fedml_runner.py:
@@ -181,7 +183,8 @@ def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
       data_silo_selection` samples `client_num_per_round` of `client_num_in_total` indices;
       with both equal to `worker_num` every silo takes part in every round (FeS picks clients);
     - `comm_round` in phases: `cross_silo/server/fedml_server_manager.py` and
-      `client/fedml_client_master_manager.py` read `args.comm_round` once, at construction;
+      `client/fedml_client_master_manager.py` read `args.comm_round` once, at construction,
+      and count from 0 on every start: a resumed run (`start_round` > 0) gets the phases left;
     - `fes_config`: FeS reads its typed config from here, never from the flattened keys
       (where `filter_args.method` would shadow `train_args.method`)."""
     uses_pseudo = get_method(cfg.train.method).uses_pseudo
@@ -191,7 +194,8 @@ def fedml_args(cfg: FesConfig, run_dir: Path, worker_num: int) -> Any:
     args.training_type, args.scenario, args.backend = "cross_silo", "horizontal", cfg.comm.backend.upper()
     args.worker_num = worker_num
     args.client_num_in_total = args.client_num_per_round = worker_num
-    args.comm_round = cfg.train.comm_round * phases_per_round(uses_pseudo)
+    args.comm_round = (cfg.train.comm_round - start_round) * phases_per_round(uses_pseudo)
+    args.fes_resume = start_round > 0  # FesAggregator continues from the run directory's checkpoint
     args.frequency_of_the_test = args.comm_round  # FedML's own test cadence; scores come from FeS
     args.client_id_list = None
     args.federated_optimizer = "FedAvg"
@@ -231,6 +235,23 @@ def init(argv: list[str] | None = None) -> Any:
         raise SystemExit(1) from None
 
 
+def _start_round(cfg: FesConfig, opts: argparse.Namespace, server: bool) -> int:
+    """The round this process's run starts at: 0, or with --resume the one after the
+    checkpointed round (checked before anything is written; the config must match). A fresh
+    server refuses a folder that holds an unfinished run, as `fedml-fes run` does."""
+    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
+    if not opts.resume:
+        if server:
+            check_fresh(opts.run_dir)
+        return 0
+    point = check_resume(cfg, opts.run_dir)
+    start = point["round"] + 1
+    if start >= cfg.train.comm_round and not point["completed"]:
+        raise FesError(f"every round of the run in {opts.run_dir} is checkpointed but it was not closed: "
+                       f"fedml-fes run --cf {opts.cf} --run-dir {opts.run_dir} --resume writes its summary")
+    return start
+
+
 def _init(argv: list[str]) -> Any:
     from fedml_fes_plugins.cross_silo.config import job_fingerprint, read_ipconfig
     from fedml_fes_plugins.adapters.offline import offline_fedml_init
@@ -245,11 +266,13 @@ def _init(argv: list[str]) -> Any:
         if comm.Get_size() < 2:
             raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
         rank, worker_num = comm.Get_rank(), comm.Get_size() - 1
-        run_dir = None
+        run_dir, start = None, 0
         if rank == 0:
+            start = _start_round(cfg, opts, server=True)
             ensure_mlm_build(cfg)
             run_dir = str(make_run_dir(cfg, opts.run_dir))
-        run_dir = Path(comm.bcast(run_dir, root=0))
+        run_dir, start = comm.bcast((run_dir, start), root=0)
+        run_dir = Path(run_dir)
     elif backend == "GRPC":
         if opts.rank is None or not opts.run_dir:
             raise FesError("with comm_args.backend GRPC every process needs --rank (0 = server) and the same --run-dir")
@@ -258,6 +281,7 @@ def _init(argv: list[str]) -> Any:
         if rank not in peers or worker_num < 1:
             raise FesError(f"--rank {rank}: {cfg.comm.grpc_ipconfig_path} needs rows for the server (rank 0) "
                            f"and at least one silo; it has ranks {sorted(peers)}")
+        start = _start_round(cfg, opts, server=rank == 0)  # every rank reads the shared run directory
         if rank == 0:
             ensure_mlm_build(cfg)
             run_dir = make_run_dir(cfg, opts.run_dir)
@@ -276,6 +300,7 @@ def _init(argv: list[str]) -> Any:
         rank = opts.rank
         mqtt = mqtt_settings(cfg.comm.customized_training_mqtt_config)
         s3 = s3_settings(cfg.comm.customized_training_s3_config)
+        start = _start_round(cfg, opts, server=rank == 0)  # every rank reads the shared run directory
         if rank == 0:
             ensure_mlm_build(cfg)
             run_dir = make_run_dir(cfg, opts.run_dir)
@@ -285,7 +310,14 @@ def _init(argv: list[str]) -> Any:
     else:
         raise FesError(f"the FedMLRunner plugins run over MPI (mpirun), GRPC or MQTT_S3; comm_args.backend is "
                        f"'{cfg.comm.backend}'")
-    args = fedml_args(cfg, run_dir, worker_num)
+    if start >= cfg.train.comm_round:  # --resume of a completed run: every rank leaves
+        if rank == 0:
+            print(f"the run in {run_dir} already completed all {cfg.train.comm_round} rounds; nothing to resume",
+                  flush=True)
+        raise SystemExit(0)
+    if start and rank == 0:
+        print(f"resuming after round {start - 1} of {cfg.train.comm_round}", flush=True)
+    args = fedml_args(cfg, run_dir, worker_num, start)
     if backend in ("GRPC", "MQTT_S3"):  # FedML reads these from its own CLI flags otherwise
         args.rank, args.role = rank, "server" if rank == 0 else "client"
     if backend == "GRPC":

@@ -123,7 +123,7 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
     assert local["status"] == "completed"
 
 
-def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3) -> subprocess.CompletedProcess:
+def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3, flags: tuple = ()) -> subprocess.CompletedProcess:
     from fedml_fes_plugins.runtimes.launcher import find_mpirun
     cmd = [find_mpirun(), "-np", str(np)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -132,6 +132,7 @@ def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3) -> subprocess.
             "--cf", str(cf), "--run-dir", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
+    cmd += list(flags)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO, env=env)
 
@@ -156,6 +157,42 @@ def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_mode
     assert abs(summary["final"] - local["final"]) <= 0.01
     assert _rows(tmp_path / "fedml") == _rows(tmp_path / "local")
     assert "round   2: test_acc=" in out.stdout and "done: test_acc=" in out.stdout
+
+
+@pytest.mark.slow
+def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_process_run(tmp_path, tiny_model_dir,
+                                                                                    monkeypatch):
+    """FedFSL under mpirun -np 3 through the FedMLRunner script: the server rank is SIGKILLed
+    while it saves round 1's checkpoint (the labels of round 1 already on the clients' disk).
+    Without --resume the same command is refused; with it, FedML runs only the phases left and
+    the run ends with the in-process run's rows."""
+    from fedml_fes.runtime.checkpoint import load_checkpoint
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    from .test_resume import KILLER
+    raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in FES_KEYS.items()
+                                                     if k in ("data_args", "pseudo_args")})
+    raw["train_args"].update({"method": "fedfsl", "comm_round": 3})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    run_dir = tmp_path / "fedml"
+    killer = tmp_path / "killer"
+    killer.mkdir()
+    (killer / "sitecustomize.py").write_text(KILLER)
+    with monkeypatch.context() as env:  # mpirun passes its environment to the ranks it starts
+        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(killer), os.environ.get("PYTHONPATH")])))
+        env.setenv("FES_TEST_KILL", "save:1")
+        killed = _fedml_main(cf, run_dir)
+    assert killed.returncode != 0 and load_checkpoint(run_dir)["round"] == 0, killed.stdout[-2000:]
+    again = _fedml_main(cf, run_dir)
+    assert again.returncode != 0 and "holds an unfinished run (rounds 0-0 of 3 done)" in again.stdout, \
+        again.stdout[-2000:]
+    out = _fedml_main(cf, run_dir, flags=("--resume",))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "resuming after round 0 of 3" in out.stdout and "round   1: " in out.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    cfg = load_config(cf)
+    run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 3
 
 
 @pytest.mark.slow

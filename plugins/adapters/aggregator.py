@@ -86,8 +86,9 @@ class FesAggregator(ServerAggregator):
     def session(self) -> ServerSession:
         # Every rank of a FedMLRunner script builds both plugins; only the server's aggregator
         # is used, so its run starts at the first hook FedML calls on it.
-        if self._session is None:
-            self.open(run_dir_of(self.args), runtime="fedml_cross_silo")
+        if self._session is None:  # `fes_resume`: fedml_plugin.init() was given --resume
+            resume = bool(getattr(self.args, "fes_resume", False))
+            self.open(run_dir_of(self.args), runtime="fedml_cross_silo", resume=resume)
         return self._session
 
     @property
