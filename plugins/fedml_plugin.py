@@ -239,12 +239,12 @@ def _start_round(cfg: FesConfig, opts: argparse.Namespace, server: bool) -> int:
     """The round this process's run starts at: 0, or with --resume the one after the
     checkpointed round (checked before anything is written; the config must match). A fresh
     server refuses a folder that holds an unfinished run, as `fedml-fes run` does."""
-    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
-    if not opts.resume:
-        if server:
-            check_fresh(opts.run_dir)
+    from fedml_fes.runtime.checkpoint import check_start
+    if not (opts.resume or server):  # a silo of a fresh run: the server checks the shared folder
         return 0
-    point = check_resume(cfg, opts.run_dir)
+    point = check_start(cfg, opts.run_dir, opts.resume)
+    if point is None:
+        return 0
     start = point["round"] + 1
     if start >= cfg.train.comm_round and not point["completed"]:
         raise FesError(f"every round of the run in {opts.run_dir} is checkpointed but it was not closed: "

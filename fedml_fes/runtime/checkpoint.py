@@ -284,6 +284,16 @@ def check_fresh(run_dir: str | os.PathLike | None) -> None:
                    f"or another --run-dir (or remove the folder) to start over")
 
 
+def check_start(cfg: FesConfig, run_dir: str | os.PathLike | None, resume: bool) -> dict[str, Any] | None:
+    """How a run into `run_dir` may start, checked before anything is written, the same for
+    every runtime: with `resume`, `check_resume`'s answer; without, None once `check_fresh`
+    has found no unfinished run there."""
+    if resume:
+        return check_resume(cfg, run_dir)
+    check_fresh(run_dir)
+    return None
+
+
 def clear_earlier_run(run_dir: str | os.PathLike) -> None:
     """A fresh run in a folder that held another run: that run's checkpoint must never be
     resumed with the new run's files, and its client folders (pseudo labels, trial labels,

@@ -161,11 +161,8 @@ def _leave_now(code: int) -> None:
 def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | None:
     """--resume: the run can be continued (checked before anything is written); None without it,
     when a run left unfinished in --run-dir is refused rather than overwritten."""
-    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
-    if not opts.resume:
-        check_fresh(opts.run_dir)
-        return None
-    return check_resume(cfg, opts.run_dir)
+    from fedml_fes.runtime.checkpoint import check_start
+    return check_start(cfg, opts.run_dir, opts.resume)
 
 
 def _main(opts: argparse.Namespace) -> int:

@@ -5,10 +5,10 @@ own run directory, as on a phone's disk, so a silo restarted on the same directo
 up where its devices were. At the first message of each round it hard-links its devices'
 folders into a snapshot of the round before (`runtime/checkpoint.py`); a server that is
 starting says which round its run continues after, and the silo makes its devices' folders
-what they were then: empty for a fresh run, the snapshot for a resumed one. It joins the server (retrying until the server answers or
-`comm_args.join_timeout_s` passes), then answers task messages with the FedML trainer
-plugin until the server says the run is over, or nothing has come for
-`comm_args.worker_timeout_s` (the server is gone).
+what they were then: empty for a fresh run, the snapshot for a resumed one. It joins the
+server (retrying until the server answers or `comm_args.join_timeout_s` passes), then
+answers task messages with the FedML trainer plugin until the server says the run is over,
+or nothing has come for `comm_args.worker_timeout_s` (the server is gone).
 """
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
     """Run dir, services, and the effective config every process reads, checked. `resume`: the
     run in `run_dir` can be continued (else a run left unfinished there is refused)."""
     from fedml_fes.config import CommConfig, config_from_dict, read_sections
-    from fedml_fes.runtime.checkpoint import check_fresh, check_resume
+    from fedml_fes.runtime.checkpoint import check_start
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes.runtime.rundir import check_not_locked, release_run_dir
 
@@ -79,12 +79,9 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
     cfg = config_from_dict(probe, source=str(config_path))
     if run_dir:
         check_not_locked(run_dir)  # a live run's folder: one line, before reading its checkpoint
-    if resume:
-        point = check_resume(cfg, run_dir)
-        if point["completed"]:
-            raise AlreadyCompleted(Path(run_dir), point["num_rounds"])
-    else:
-        check_fresh(run_dir)
+    point = check_start(cfg, run_dir, resume)
+    if point is not None and point["completed"]:
+        raise AlreadyCompleted(Path(run_dir), point["num_rounds"])
     path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns; its server writes under it
     try:
         comm = raw.setdefault("comm_args", {})

@@ -65,14 +65,11 @@ def run_process(opts: argparse.Namespace, emit: Callable[[str], None], silo_ids:
         raise FesError("--resume is for the server (rank 0): a silo restores its devices to the round the resumed "
                        "server names when it joins")
     if opts.role == "server":
-        from fedml_fes.runtime.checkpoint import check_fresh, check_resume
-        if resume:
-            point = check_resume(cfg, opts.run_dir)
-            if point["completed"]:
-                emit(f"the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; nothing to resume")
-                return 0
-        else:
-            check_fresh(opts.run_dir)
+        from fedml_fes.runtime.checkpoint import check_start
+        point = check_start(cfg, opts.run_dir, resume)
+        if point is not None and point["completed"]:
+            emit(f"the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; nothing to resume")
+            return 0
     preflight(settings, opts.rank)
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
