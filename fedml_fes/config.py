@@ -223,6 +223,15 @@ class AdapterConfig:
     alpha: float = 16.0  # LoRA scaling: updates are scaled by alpha / width
     dropout: float = 0.0  # dropout on the adapters' input while training
     learning_rate: float = 0.0  # 0: train_args.learning_rate (adapters usually want ~1e-3)
+    # AutoFedNLP's progressive configurator (fedml_fes/tuning/autoconfig.py). fixed: depth and
+    # width as above for the whole run. progressive: they are the start; trial groups try one
+    # step deeper / twice as wide and the main configuration upgrades when a trial wins on
+    # validation gain per emulated device second
+    configurator: str = "fixed"
+    min_depth: int = -1  # progressive: the deepest the adapters may reach (-1: the bottom third frozen)
+    max_width: int = 32  # progressive: the widest they may grow
+    trial_rounds: int = 2  # progressive: rounds in each trial period before a decision
+    trial_share: float = 0.4  # progressive: share of each round's clients that train the trial configurations
 
 
 @dataclass
@@ -723,6 +732,12 @@ def validate_adapter(a: AdapterConfig) -> None:
     _check(0 <= a.dropout < 1, f"adapter_args.dropout must be in [0, 1), got {a.dropout}")
     _check(a.learning_rate >= 0, f"adapter_args.learning_rate must be >= 0 (0: train_args.learning_rate), "
                                  f"got {a.learning_rate}")
+    _check(a.configurator in ("fixed", "progressive"),
+           f"adapter_args.configurator must be fixed or progressive, got '{a.configurator}'")
+    _check(a.min_depth >= -1, f"adapter_args.min_depth must be >= 0 or -1 (the bottom third frozen), got {a.min_depth}")
+    _check(a.max_width >= a.width, f"adapter_args.max_width ({a.max_width}) must be >= adapter_args.width ({a.width})")
+    _check(a.trial_rounds >= 1, f"adapter_args.trial_rounds must be >= 1, got {a.trial_rounds}")
+    _check(0 < a.trial_share < 1, f"adapter_args.trial_share must be in (0, 1), got {a.trial_share}")
 
 
 def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PLUGINS = REPO / "plugins"
 # lower layers first: a module may import its own layer or a lower one, never a higher one
-LAYERS = ["adapters", "runtimes", "cross_silo", "fedml_plugin", "bench", "cli"]
+LAYERS = ["adapters", "runtimes", "cross_silo", "cross_device", "fedml_plugin", "bench", "cli"]
 
 
 def _layer(module: str) -> str:

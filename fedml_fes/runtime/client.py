@@ -49,14 +49,20 @@ class LocalTrainer:
             return self._label(task, client, start)
         trial = "trial" in task.options  # a pacing trial trains on the trial's labels only
         pseudo = job.store.load_pseudo(client.client_id, trial) if job.method.uses_pseudo else None
-        with self._activation_cache(client.client_id) as cache_stats:
+        # a method whose configuration varies per task (AutoFedNLP's adapter views) trains
+        # under the task's and sends only that part of its tensors
+        scope = getattr(job.method, "task_scope", lambda _m, _o: contextlib.nullcontext())
+        with self._activation_cache(client.client_id) as cache_stats, scope(job.model, task.options):
             weight, metrics = job.method.local_train(job.model, job.tokenizer, client,
                                                       job.cfg.for_round(task.round_idx, job.method.uses_pseudo,
                                                                        getattr(job.method, "bias_only", False)),
                                                       gen, job.device, pseudo)
         metrics.update(cache_stats)
         metrics["compute_s"] = time.perf_counter() - start
-        return ClientUpdate(task.round_idx, task.client_id, self.get_params(), weight, metrics)
+        params = self.get_params()
+        pack = getattr(job.method, "pack_update", None)
+        return ClientUpdate(task.round_idx, task.client_id, pack(params, task.options) if pack else params,
+                            weight, metrics)
 
     @contextlib.contextmanager
     def _activation_cache(self, client_id: int) -> Iterator[dict[str, float]]:

@@ -6,6 +6,7 @@ Adding a method does not touch the transports. Registered by `train_args.method`
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
-from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan
+from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan, capacity_plan
+from ..tuning.autoconfig import AdapterView, ProgressiveConfigurator, applied_view, set_lora_scaling, slice_update
 from ..tuning.plan import apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
@@ -248,8 +250,15 @@ class AdapterTuning(FewShot):
                else skeleton(cfg.model.model, masked_lm=True))
         model = PromptMLM(mlm, ids)
         self.num_classes = len(classes)
-        plan = adapter_plan(cfg.adapter, self.tuning, num_layers(model))
+        a = cfg.adapter
+        plan = adapter_plan(a, self.tuning, num_layers(model))
+        self.start_view = None
+        if a.configurator == "progressive":  # built at the largest capacity; views select from it
+            self.start_view = AdapterView(plan.depth, plan.width)
+            plan = capacity_plan(plan, a)
         add_adapters(model.mlm, plan, cfg.common.random_seed)
+        if self.start_view is not None:
+            set_lora_scaling(model.mlm, a.alpha / self.start_view.width)
         model.freeze_vocab_bias()
         model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
         if weights and plan.frozen_bottom:
@@ -257,6 +266,24 @@ class AdapterTuning(FewShot):
         self.plan = plan
         self.bias_only = False
         return model
+
+    def configurator(self, cfg) -> ProgressiveConfigurator | None:
+        """The server's online configurator (adapter_args.configurator: progressive), else None."""
+        if self.start_view is None:
+            return None
+        a = cfg.adapter
+        return ProgressiveConfigurator(self.start_view, self.plan.depth, self.plan.width, a.trial_rounds,
+                                       a.trial_share, seed=cfg.common.random_seed)
+
+    def task_scope(self, model, options):
+        """Train under the task's configuration (a `view` option), else as built."""
+        if "view" not in options:
+            return contextlib.nullcontext()
+        return applied_view(model, AdapterView.from_option(options["view"]))
+
+    def pack_update(self, params, options):
+        """What travels back: only the task's view of the adapters (see tuning/autoconfig.py)."""
+        return slice_update(params, AdapterView.from_option(options["view"])) if "view" in options else params
 
 
 class FedBertMlm:

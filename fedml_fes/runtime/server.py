@@ -23,7 +23,11 @@ import torch
 from ..data.federated import FederatedData
 from ..data.readers import LabeledTexts, stratified_subsample
 from ..errors import FesError
+from ..cost.accounting import TaskRecord, task_seconds
+from ..cost.network import Network
+from ..cost.profiles import load_profile
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
+from ..tuning.autoconfig import AdapterView, expand_update
 from ..tuning.split import ActivationCache
 from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
@@ -163,6 +167,7 @@ class RoundServer:
         # process): what updates are checked against and measured from
         self._global = self.global_params()
         self._setup_pacing()
+        self._setup_configurator()
 
     def _setup_pacing(self) -> None:
         """count: FedFSL's constant count per event; static: one <f, n, k>; adaptive: Algorithm 1."""
@@ -188,6 +193,26 @@ class RoundServer:
                                             pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta,
                                             pc.parallel_trials)
 
+    def _setup_configurator(self) -> None:
+        """AutoFedNLP's online adapter configuration (adapter_args.configurator: progressive):
+        each round's clients split into the main and trial views (`plan`), scored in
+        `finish_round` on the gold-label validation set and the emulated device's seconds."""
+        make = getattr(self.job.method, "configurator", None)
+        self.autoconf = make(self.cfg) if make is not None else None
+        self._view_of: dict[int, AdapterView] = {}  # this round: client id -> its view
+        if self.autoconf is None:
+            return
+        if self.val_set is None:
+            raise FesError("the progressive adapter configurator scores configurations on the gold labels, "
+                           "but no client holds one")
+        c = self.cfg.cost
+        self._device = load_profile(c.devices[0] if c.devices else "jetson_tx2", c.device_dir or None)
+        self._network = Network(c.bandwidth_MBps, c.uplink_MBps or c.bandwidth_MBps)
+        self.recorder.log_event(f"configurator: start at {self.autoconf.main.name} (adapters from layer "
+                                f"{self.autoconf.main.depth}, width {self.autoconf.main.width}); capacity from layer "
+                                f"{self.autoconf.min_depth}, width {self.autoconf.max_width}; device "
+                                f"{self._device.name}")
+
     def state_dict(self) -> dict[str, Any]:
         """What later rounds read, taken between rounds (after `finish_round`, before the next
         `plan_labeling`), as plain data and tensors for a run's checkpoint
@@ -205,6 +230,7 @@ class RoundServer:
             "last_val": self.last_val, "initial_val": self.initial_val,
             "initial": _plain(self.initial), "last_test": _plain(self.last_test),
             "last_scores": _plain(self.last_scores),
+            "configurator": self.autoconf.state_dict() if self.autoconf is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,6 +245,8 @@ class RoundServer:
             self.pacer.load_state_dict(state["pacer"])
         self.last_val, self.initial_val = state["last_val"], state["initial_val"]
         self.initial, self.last_test, self.last_scores = state["initial"], state["last_test"], state["last_scores"]
+        if self.autoconf is not None and state.get("configurator") is not None:
+            self.autoconf.load_state_dict(state["configurator"])
 
     def _validate(self) -> float:
         return float(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
@@ -359,7 +387,10 @@ class RoundServer:
         kind = self.job.method.train_kind
         trials = [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c), {"trial": i})
                   for c, i in sorted(self._trial_of.items()) if self._trial_counts.get(c, 0) > 0]
-        return [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c)) for c in self._trainers] + trials
+        self._view_of = self.autoconf.assign(round_idx, self._trainers) if self.autoconf is not None else {}
+        return [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c),
+                           {"view": self._view_of[c].as_option()} if c in self._view_of else {})
+                for c in self._trainers] + trials
 
     def global_params(self) -> "OrderedDict[str, torch.Tensor]":
         return self.aggregator.get_model_params()
@@ -420,10 +451,63 @@ class RoundServer:
             self.recorder.log_event(f"round {round_idx}: {event}")
         return sorted(kept, key=lambda u: u.client_id)
 
+    def _expanded(self, round_idx: int, updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
+        """Updates of configured clients laid over the global tensors (`autoconfig.expand_update`);
+        one that does not fit its view is logged and dropped."""
+        out = []
+        for u in updates:
+            view = self._view_of.get(u.client_id)
+            if view is None:
+                out.append(u)
+                continue
+            try:
+                out.append(ClientUpdate(u.round_idx, u.client_id, expand_update(u.params, reference, view,
+                                                                                f"client {u.client_id}"),
+                                        u.weight, u.metrics, u.report))
+            except FesError as e:
+                self.recorder.log_event(f"round {round_idx}: rejected {e}")
+        return out
+
+    def _configure(self, round_idx: int, accepted: list[ClientUpdate], reference, sent: dict[int, int]):
+        """AutoFedNLP's step: each view's group averaged on its own from the global model and
+        scored on the gold validation set, its cost the mean emulated device seconds of its
+        clients' tasks. Returns (the updates that form the new global: the main view's, or on
+        an upgrade the winning trial's)."""
+        groups: dict[AdapterView, list[ClientUpdate]] = {}
+        for u in accepted:
+            groups.setdefault(self._view_of[u.client_id], []).append(u)
+        gains: dict[AdapterView, float] = {}
+        costs: dict[AdapterView, float] = {}
+        down = payload_bytes(reference)
+        for view, group in groups.items():
+            self.aggregator.set_model_params(reference)
+            quiet = view == self.autoconf.main  # its rejections are logged when it forms the global
+            ok, new = self._aggregate(round_idx, group, reference, logged=set() if quiet else None)
+            if new is None:
+                continue
+            self.aggregator.set_model_params(new)
+            gains[view] = self._validate() - self.last_val
+            costs[view] = float(np.mean([sum(task_seconds(TaskRecord.from_row(
+                cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id])), self._device,
+                self._network)) for u in group]))
+        self.aggregator.set_model_params(reference)
+        main = self.autoconf.main
+        events, upgraded = self.autoconf.finish_round(round_idx, gains, costs)
+        for event in events:
+            self.recorder.log_event(f"round {round_idx}: {event}")
+        return groups.get(upgraded if upgraded is not None else main, [])
+
     def finish_round(self, round_idx: int, updates: list[ClientUpdate], planned: int | None = None) -> dict[str, Any]:
         reference = self._global
         updates = sorted(updates, key=lambda u: u.client_id)
+        sent = {u.client_id: _sent_bytes(u.params) for u in updates}  # as they travelled (views: sliced)
+        if self.autoconf is not None:
+            updates = self._expanded(round_idx, updates, reference)
         accepted = self._accepted(round_idx, updates, reference)
+        view_used = self.autoconf.main.name if self.autoconf is not None else ""
+        configured = [u for u in accepted if u.client_id in self._view_of]
+        if self.autoconf is not None and configured:
+            accepted = self._configure(round_idx, configured, reference, sent)
         trial_updates = [u for u in accepted if u.client_id in self._trial_of]
         accepted = [u for u in accepted if u.client_id not in self._trial_of]
         pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
@@ -432,9 +516,10 @@ class RoundServer:
             if self.pacer is not None and self.pacer.running:
                 trial_updates = self._score_trials(round_idx, trial_updates, reference, accepted)
             accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
-        ok = {id(u) for u in accepted + trial_updates}
+        travelled = (configured or accepted) + trial_updates  # every update the round received and used
+        ok = {id(u) for u in accepted + trial_updates + configured}
         down = payload_bytes(reference)
-        self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, _sent_bytes(u.params),
+        self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id],
                                        accepted=id(u) in ok) for u in updates])
         if not accepted:  # the global model stays as it was
             self.aggregator.set_model_params(reference)
@@ -469,12 +554,13 @@ class RoundServer:
             "updates_accepted": len(accepted),
             "train_loss": float(np.mean([u.metrics.get("train_loss", np.nan) for u in accepted])),
             "client_compute_s_max": max(u.metrics.get("compute_s", 0.0) for u in accepted),
-            "bytes_down": down * (len(accepted) + len(trial_updates)),
-            "bytes_up": sum(payload_bytes(u.params) for u in accepted + trial_updates),  # pacing trials too
+            "bytes_down": down * len(travelled),
+            "bytes_up": sum(sent[u.client_id] for u in travelled),  # pacing and configurator trials too
             self.job.method.primary_metric: scores.get(self.job.method.primary_metric, float("nan")),
             "pseudo_total": sum(self.pseudo_counts.values()),
             "pacing": pacing_used,
             **({"trial_updates": len(trial_updates)} if self.pacer is not None else {}),
+            **({"adapter_view": view_used, "clients_trained": len(configured)} if self.autoconf is not None else {}),
             **self._label_row,
             "round_wall_s": time.perf_counter() - self._round_started,
         }

@@ -81,6 +81,16 @@ def adapter_plan(a: AdapterConfig, kind: str, total: int) -> AdapterPlan:
     return AdapterPlan(kind, total, depth, a.width, a.alpha, a.dropout)
 
 
+def capacity_plan(start: AdapterPlan, a: AdapterConfig) -> AdapterPlan:
+    """The largest plan the progressive configurator may grow `start` into: adapters from
+    adapter_args.min_depth (-1: the bottom third frozen) at width adapter_args.max_width."""
+    deepest = default_depth(start.total) if a.min_depth < 0 else a.min_depth
+    if deepest > start.depth:
+        raise FesError(f"adapter_args.min_depth ({deepest}) lies above the starting depth ({start.depth}): "
+                       f"the configurator only adds layers below the start")
+    return AdapterPlan(start.kind, start.total, deepest, max(a.max_width, start.width), start.alpha, start.dropout)
+
+
 def target_modules(model: nn.Module, plan: AdapterPlan) -> list[str]:
     """Full names of the linear layers that get a PEFT module, checked layer by layer."""
     wanted = TARGETS[plan.kind]
