@@ -15,7 +15,7 @@ from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptMLM
 from fedml_fes.tuning.adapters import adapter_plan, add_adapters, capacity_plan
 from fedml_fes.tuning.autoconfig import (AdapterView, ProgressiveConfigurator, applied_view, expand_update,
-                                         set_lora_scaling, slice_update)
+                                         load_view, set_lora_scaling, slice_update)
 from fedml_fes.tuning.params import trainable_state
 
 from .conftest import small_config
@@ -148,6 +148,7 @@ def test_capacity_outside_the_view_computes_nothing(tok):
 def test_assign_splits_the_round_between_the_main_view_and_its_trials():
     c = ProgressiveConfigurator(AdapterView(4, 8), min_depth=2, max_width=32, trial_rounds=2, trial_share=0.4)
     assert c.trials() == [AdapterView(3, 8), AdapterView(4, 16)]
+    assert c.union() == AdapterView(3, 16)  # what the global travels down as
     views = c.assign(0, [3, 9, 11, 12, 20])
     assert sorted(views) == [3, 9, 11, 12, 20]
     assert sorted(v.name for v in views.values()) == ["d3w8", "d4w16", "d4w8", "d4w8", "d4w8"]
@@ -216,7 +217,7 @@ def test_progressive_lora_run_logs_every_decision_and_sends_each_clients_view(tm
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
     raw = small_config(tmp_path, tiny_model_dir,
                        train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
-                       adapter_args={"depth": 1, "width": 2, "min_depth": 0, "max_width": 4, "trial_rounds": 1,
+                       adapter_args={"depth": 1, "width": 2, "min_depth": 0, "max_width": 8, "trial_rounds": 1,
                                      "configurator": "progressive", "learning_rate": 0.01},
                        prompt_args={"train_class_bias": False})
     cfg = config_from_dict(raw)
@@ -234,5 +235,50 @@ def test_progressive_lora_run_logs_every_decision_and_sends_each_clients_view(tm
     tasks = [t for t in csv.DictReader((run_dir / "client_costs.csv").open()) if t["phase"] == "train"]
     assert {int(t["bytes_up"]) for t in tasks} <= set(per_view.values())
     assert sum(int(r["bytes_up"]) for r in rows) == sum(int(t["bytes_up"]) for t in tasks)
+    # the global travels down sliced to the round's views: d1w2 with trials d0w2, d1w4 -> d0w4,
+    # half the capacity built (d0w8)
+    assert int(rows[0]["bytes_down"]) == 5 * (2 * 2 * 2 * 4 * HIDDEN * 4)
     if "upgrade" not in events:  # no trial won: every round trained 3 main + one of each trial
         assert all(int(r["bytes_up"]) == 3 * per_view["d1w2"] + per_view["d0w2"] + per_view["d1w4"] for r in rows)
+        assert all(r["bytes_down"] == rows[0]["bytes_down"] for r in rows)
+
+
+def test_a_sliced_global_fills_the_leading_ranks_and_leaves_the_rest(tok):
+    model = _capacity_model(tok)
+    before = trainable_state(model)
+    sliced = {n: t + 1.0 for n, t in slice_update(before, AdapterView(1, 2)).items()}
+    load_view(model, sliced)
+    after = trainable_state(model)
+    assert torch.equal(after[next(iter(sliced))], sliced[next(iter(sliced))])
+    for n in before:
+        if ".lora_" in n and _lora_layer(n) == 0:
+            assert torch.equal(after[n], before[n])
+        elif ".lora_A." in n:
+            assert torch.equal(after[n][:2], before[n][:2] + 1) and torch.equal(after[n][2:], before[n][2:])
+    name = next(n for n in sliced if ".lora_A." in n)
+    with pytest.raises(FesError, match=rf"payload tensor '{name}' has shape \(2, 31\), the model's is \(4, 32\)"):
+        load_view(model, {name: torch.zeros(2, 31)})
+
+
+@pytest.mark.slow
+def test_progressive_lora_under_mpirun_matches_in_process(tmp_path, tiny_model_dir):
+    """The views travel in the tasks' options and the sliced tensors over FedML's MPI
+    transport: the same rows, upgrades included, as in process."""
+    from fedml_fes.config import load_config
+    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    from fedml_fes_plugins.runtimes.launcher import run_mpirun
+
+    from .conftest import write_config
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
+                       adapter_args={"depth": 1, "width": 2, "min_depth": 0, "max_width": 8, "trial_rounds": 1,
+                                     "configurator": "progressive", "learning_rate": 0.05},
+                       prompt_args={"train_class_bias": False})
+    cf = write_config(tmp_path / "c.yaml", raw)
+    cfg = load_config(cf)
+    local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
+    mpi_dir = make_run_dir(cfg, str(tmp_path / "mpi"))
+    run_mpirun(cfg, str(cf), 3, mpi_dir, None, [], echo=lambda _l: None, timeout_s=600)
+    mpi = json.loads((mpi_dir / "summary.json").read_text())
+    assert mpi["status"] == "completed" and mpi["per_round"] == local["per_round"]
+    assert "upgrade d1w2 to" in (mpi_dir / "events.log").read_text()  # lr 0.05: a trial wins in round 0

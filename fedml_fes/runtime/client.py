@@ -28,7 +28,11 @@ class LocalTrainer:
         return trainable_state(self.job.model)
 
     def set_params(self, params: "OrderedDict[str, torch.Tensor]") -> None:
-        load_trainable(self.job.model, params)
+        load = getattr(self.job.method, "load_global", None)  # adapter views: tensors may come sliced
+        if load is not None:
+            load(self.job.model, params)
+        else:
+            load_trainable(self.job.model, params)
 
     def run(self, task: ClientTask, client: ClientData) -> ClientUpdate:
         job = self.job

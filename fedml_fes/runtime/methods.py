@@ -35,7 +35,8 @@ from ..pseudo.labeler import select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan, capacity_plan
-from ..tuning.autoconfig import AdapterView, ProgressiveConfigurator, applied_view, set_lora_scaling, slice_update
+from ..tuning.autoconfig import (AdapterView, ProgressiveConfigurator, applied_view, load_view, set_lora_scaling,
+                                slice_update)
 from ..tuning.plan import apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
@@ -280,6 +281,10 @@ class AdapterTuning(FewShot):
         if "view" not in options:
             return contextlib.nullcontext()
         return applied_view(model, AdapterView.from_option(options["view"]))
+
+    def load_global(self, model, params) -> None:
+        """Global tensors in, possibly sliced to the round's views (`autoconfig.load_view`)."""
+        load_view(model, params)
 
     def pack_update(self, params, options):
         """What travels back: only the task's view of the adapters (see tuning/autoconfig.py)."""

@@ -27,7 +27,7 @@ from ..cost.accounting import TaskRecord, task_seconds
 from ..cost.network import Network
 from ..cost.profiles import load_profile
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
-from ..tuning.autoconfig import AdapterView, expand_update
+from ..tuning.autoconfig import AdapterView, expand_update, slice_update
 from ..tuning.split import ActivationCache
 from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
@@ -165,7 +165,7 @@ class RoundServer:
         self.last_scores = {k: v for k, v in self.initial.items() if k not in CLASS_DETAILS}
         # the global tensors as last set here (clients may train on the same model object in
         # process): what updates are checked against and measured from
-        self._global = self.global_params()
+        self._global = self.aggregator.get_model_params()
         self._setup_pacing()
         self._setup_configurator()
 
@@ -393,7 +393,10 @@ class RoundServer:
                 for c in self._trainers] + trials
 
     def global_params(self) -> "OrderedDict[str, torch.Tensor]":
-        return self.aggregator.get_model_params()
+        """What the runtimes send down: the trainable tensors (under the adapter configurator,
+        sliced to the union of this round's views)."""
+        params = self.aggregator.get_model_params()
+        return slice_update(params, self.autoconf.union()) if getattr(self, "autoconf", None) else params
 
     def _accepted(self, round_idx: int, updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
         """Updates that pass validation (keys, shapes, dtypes, finite values, weight)."""
@@ -468,7 +471,7 @@ class RoundServer:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
         return out
 
-    def _configure(self, round_idx: int, accepted: list[ClientUpdate], reference, sent: dict[int, int]):
+    def _configure(self, round_idx: int, accepted: list[ClientUpdate], reference, sent: dict[int, int], down: int):
         """AutoFedNLP's step: each view's group averaged on its own from the global model and
         scored on the gold validation set, its cost the mean emulated device seconds of its
         clients' tasks. Returns (the updates that form the new global: the main view's, or on
@@ -478,7 +481,6 @@ class RoundServer:
             groups.setdefault(self._view_of[u.client_id], []).append(u)
         gains: dict[AdapterView, float] = {}
         costs: dict[AdapterView, float] = {}
-        down = payload_bytes(reference)
         for view, group in groups.items():
             self.aggregator.set_model_params(reference)
             quiet = view == self.autoconf.main  # its rejections are logged when it forms the global
@@ -501,13 +503,14 @@ class RoundServer:
         reference = self._global
         updates = sorted(updates, key=lambda u: u.client_id)
         sent = {u.client_id: _sent_bytes(u.params) for u in updates}  # as they travelled (views: sliced)
+        down = payload_bytes(self.global_params())  # as it travelled, before the configurator decides
         if self.autoconf is not None:
             updates = self._expanded(round_idx, updates, reference)
         accepted = self._accepted(round_idx, updates, reference)
         view_used = self.autoconf.main.name if self.autoconf is not None else ""
         configured = [u for u in accepted if u.client_id in self._view_of]
         if self.autoconf is not None and configured:
-            accepted = self._configure(round_idx, configured, reference, sent)
+            accepted = self._configure(round_idx, configured, reference, sent, down)
         trial_updates = [u for u in accepted if u.client_id in self._trial_of]
         accepted = [u for u in accepted if u.client_id not in self._trial_of]
         pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
@@ -518,7 +521,6 @@ class RoundServer:
             accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
         travelled = (configured or accepted) + trial_updates  # every update the round received and used
         ok = {id(u) for u in accepted + trial_updates + configured}
-        down = payload_bytes(reference)
         self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id],
                                        accepted=id(u) in ok) for u in updates])
         if not accepted:  # the global model stays as it was

@@ -13,7 +13,8 @@ zero, so capacity that never trained changes nothing. A configuration is an `Ada
 (depth d, width w) over those tensors:
 - on the client, `applied_view` freezes the adapters below layer d (autograd then stops at
   layer d: a shallower view really is cheaper) and masks the gradients of ranks >= w;
-- the update that travels is `slice_update`: the view's layers and ranks only;
+- the update that travels is `slice_update`: the view's layers and ranks only; the global
+  model travels down sliced to the union of the round's views (`load_view` on the client);
 - the server `expand_update`s it back over the global tensors before the usual screening
   and FedAvg, so tensors outside a client's view keep their global values.
 Upgrading from (d, w) to a deeper or wider view therefore never changes the function the
@@ -112,6 +113,30 @@ def expand_update(sliced: Mapping[str, torch.Tensor], reference: Mapping[str, to
     return out
 
 
+def load_view(model: nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+    """Load global tensors that may be sliced to a view (what `RoundServer.global_params`
+    sends under the configurator): a LoRA tensor fills the leading ranks of its parameter,
+    the rest keeps what this process holds. That rest was never trained anywhere: B is zero
+    there (ranks and layers outside every view so far, see `ProgressiveConfigurator.union`)."""
+    own = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in params.items():
+            if name not in own:
+                raise FesError(f"payload tensor '{name}' does not exist in the model")
+            target, part = own[name], _lora_part(name)
+            if tuple(value.shape) == tuple(target.shape):
+                target.copy_(value)
+            elif part is not None and part[1] == "A" and value.shape[1:] == target.shape[1:] \
+                    and value.shape[0] <= target.shape[0]:
+                target[: value.shape[0]].copy_(value)
+            elif part is not None and part[1] == "B" and value.shape[0] == target.shape[0] \
+                    and value.shape[1] <= target.shape[1]:
+                target[:, : value.shape[1]].copy_(value)
+            else:
+                raise FesError(f"payload tensor '{name}' has shape {tuple(value.shape)}, the model's is "
+                               f"{tuple(target.shape)}")
+
+
 @contextlib.contextmanager
 def applied_view(model: nn.Module, view: AdapterView) -> Iterator[None]:
     """Train under `view`: LoRA tensors below `depth` frozen, ranks >= `width` get no gradient.
@@ -197,6 +222,12 @@ class ProgressiveConfigurator:
         if self.main.width < self.max_width:
             out.append(AdapterView(self.main.depth, min(self.max_width, 2 * self.main.width)))
         return out
+
+    def union(self) -> AdapterView:
+        """The smallest view holding the main view and its trials: what the server sends down.
+        Views only grow, so everything outside it has never trained (LoRA's B still zero)."""
+        views = [self.main] + self.trials()
+        return AdapterView(min(v.depth for v in views), max(v.width for v in views))
 
     def assign(self, round_idx: int, clients: list[int]) -> dict[int, AdapterView]:
         """Each sampled client's view this round (a seeded split of `clients`)."""
