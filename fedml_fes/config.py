@@ -235,6 +235,21 @@ class AdapterConfig:
 
 
 @dataclass
+class SplitConfig:
+    """FedBERT split learning (`fedml-fes split`): the client holds the embeddings (and the
+    bottom `client_layers` encoder layers) and the task head, the server the encoder body;
+    activations and gradients cross the link every step (fedml_fes/splitfed/)."""
+
+    task: str = "mlm"  # mlm (FedBERT pre-training) | classification
+    schedule: str = "parallel"  # parallel (SplitFed: body copies averaged) | sequential (SplitNN hand-on)
+    client_layers: int = 0  # encoder layers below the cut kept on the client (0: embeddings only, FedBERT)
+    local_steps: int = 10  # split steps (batches) per client per round
+    wire_dtype: str = "float32"  # float32 | float16: activations and gradients on the wire
+    labels: str = "gold"  # classification: gold (the few-shot labels) | all (every train example labeled)
+    save_model: bool = False  # write the merged model (save_pretrained) into <run_dir>/model at the end
+
+
+@dataclass
 class FilterConfig:
     """Representational filtering: which unlabeled samples are worth labeling at all."""
 
@@ -332,6 +347,7 @@ class FesConfig:
     pseudo_args: PseudoConfig = field(default_factory=PseudoConfig)
     tuning_args: TuningConfig = field(default_factory=TuningConfig)
     adapter_args: AdapterConfig = field(default_factory=AdapterConfig)
+    split_args: SplitConfig = field(default_factory=SplitConfig)
     filter_args: FilterConfig = field(default_factory=FilterConfig)
     pacing_args: PacingConfig = field(default_factory=PacingConfig)
     cost_args: CostConfig = field(default_factory=CostConfig)
@@ -740,6 +756,23 @@ def validate_adapter(a: AdapterConfig) -> None:
     _check(0 < a.trial_share < 1, f"adapter_args.trial_share must be in (0, 1), got {a.trial_share}")
 
 
+SPLIT_TASKS = ("mlm", "classification")
+SPLIT_SCHEDULES = ("parallel", "sequential")
+
+
+def validate_split(s: SplitConfig) -> None:
+    """split_args' values, one error line each; client_layers against the model's depth is
+    checked when the model is split (splitfed.parts.split_model)."""
+    _check(s.task in SPLIT_TASKS, f"split_args.task must be one of {', '.join(SPLIT_TASKS)}, got '{s.task}'")
+    _check(s.schedule in SPLIT_SCHEDULES,
+           f"split_args.schedule must be one of {', '.join(SPLIT_SCHEDULES)}, got '{s.schedule}'")
+    _check(s.client_layers >= 0, f"split_args.client_layers must be >= 0 (0: embeddings only), got {s.client_layers}")
+    _check(s.local_steps >= 1, f"split_args.local_steps must be >= 1, got {s.local_steps}")
+    _check(s.wire_dtype in ("float32", "float16"),
+           f"split_args.wire_dtype must be float32 or float16, got '{s.wire_dtype}'")
+    _check(s.labels in ("gold", "all"), f"split_args.labels must be gold or all, got '{s.labels}'")
+
+
 def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -> None:
     """Value checks that the type coercion cannot express. `given`: the 'section.key's the
     config set itself (None: all); a default that does not fit is adjusted, not an error."""
@@ -805,6 +838,7 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
     _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
     validate_mlm(cfg.mlm)
     validate_adapter(cfg.adapter)
+    validate_split(cfg.split_args)
     _check(not cfg.tracking_args.enable_wandb,
            "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
     level = str(cfg.tracking_args.log_level).upper()

@@ -3,9 +3,12 @@
     fedml-fes demo                                  FedCLS vs FedFSL vs FeS, in-process, offline
     fedml-fes run --cf run_configs/X.yaml           any config, in-process runtime
     fedml-fes mpirun -np 3 --cf run_configs/X.yaml  same job under mpirun (FedML MPI comm)
+    fedml-fes split [-np 3] --cf run_configs/split_mlm_bbc.yaml   FedBERT split learning
     fedml-fes cross-silo --role server --rank 0 --cf run_configs/cross_silo_grpc.yaml
                                                     one cross-silo process (FedML gRPC / MQTT_S3)
     fedml-fes cross-silo-local --cf run_configs/cross_silo_grpc.yaml   server + silos here
+    fedml-fes cross-device-local --local-services --cf run_configs/cross_device_bbc.yaml
+                                                    FedML cross-device server + emulated devices here
 
 Every user error is one line on stderr (`fedml-fes: error: ...`) and a non-zero exit code.
 """
@@ -68,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(mpi, dry_run=True, resume=True)
 
+    split = sub.add_parser("split", help="FedBERT split learning (client: embeddings + head, server: encoder body)",
+                           description="Split learning on a config's split_args (task mlm | classification, schedule "
+                                       "parallel | sequential): activations and gradients cross the link every step, "
+                                       "and their bytes are counted. In-process, or under mpirun with -np N (rank 0: "
+                                       "the server body, ranks 1..N-1: clients).")
+    split.add_argument("--cf", required=True, help="run config YAML (split_args)")
+    split.add_argument("-np", "--np", type=int, default=0, help="run under mpirun with N processes (default: in-process)")
+    split.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
+    _add_common(split)
+
     from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
     from fedml_fes_plugins.cli.partition import add_arguments as add_partition_arguments
     from fedml_fes_plugins.cross_silo.main import add_arguments as add_silo_arguments
@@ -96,6 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "or write a fresh gRPC ipconfig (GRPC)")
     _add_common(local, resume=True)
 
+    device = sub.add_parser("cross-device-local",
+                            help="FedML's cross-device (Beehive) server + emulated devices on this machine",
+                            description="FeS on FedML 0.9.6's cross-device server runtime with comm_args.silo_num "
+                                        "emulated devices (Python processes speaking the server's MQTT + S3 "
+                                        "protocol); logs in <run_dir>/logs/. See docs/DEPLOY.md, Beehive.")
+    device.add_argument("--cf", required=True, help="run config YAML (comm_args.backend: MQTT_S3_MNN)")
+    device.add_argument("--local-services", action="store_true",
+                        help="start mosquitto and a moto S3 endpoint on free loopback ports")
+    device.add_argument("--timeout", type=float, default=None, help="end the run after this many seconds")
+    _add_common(device)
+
     plan = sub.add_parser("plan", help="choose the co-planning depth by binary search with short proxy runs",
                           description="Probe trainable depths (bias-only top layers) with short in-process runs "
                                       "of the config and pick the shallowest within --tolerance of the deepest.")
@@ -122,6 +146,15 @@ def _config(opts: argparse.Namespace) -> FesConfig:
     return load_config(opts.cf, overrides)
 
 
+def _refuse_split_config(opts: argparse.Namespace) -> None:
+    """`run` / `mpirun` train train_args.method by FedAvg; a config written for split learning
+    (it has a split_args section) would silently run that instead, so it is one line."""
+    from fedml_fes.config import read_sections
+    if "split_args" in read_sections(opts.cf) or any(s.startswith("split_args.") for s in opts.set or ()):
+        raise FesError(f"{opts.cf} sets split_args: it is a split-learning config, run it with "
+                       f"`fedml-fes split --cf {opts.cf}` (add -np N for mpirun)")
+
+
 def _cross_silo(opts: argparse.Namespace) -> int:
     """The cross-silo roles read their transport settings with their own loader."""
     if opts.command == "cross-silo":
@@ -136,7 +169,7 @@ def _cross_silo(opts: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`argv` None: the process's own command line (the `fedml-fes` program)."""
     opts = build_parser().parse_args(argv)
-    if opts.command in ("run", "mpirun"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
+    if opts.command in ("run", "mpirun", "split"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
         from fedml_fes_plugins.runtimes.signals import stop_on_signals
         with stop_on_signals():
             code = _main(opts)
@@ -170,6 +203,13 @@ def _main(opts: argparse.Namespace) -> int:
     try:
         if opts.command in ("cross-silo", "cross-silo-local"):
             return _cross_silo(opts)
+        if opts.command == "cross-device-local":
+            from fedml_fes_plugins.cross_device.launch import run_local as run_cross_device
+            summary = run_cross_device(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services,
+                                       timeout_s=opts.timeout)
+            _print_summary(summary)
+            print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))
+            return 0
         if opts.command == "demo":
             from fedml_fes_plugins.cli.demo import run_demo
             return run_demo(opts, lambda line: print(line, flush=True))
@@ -183,6 +223,11 @@ def _main(opts: argparse.Namespace) -> int:
         if opts.command == "plan":
             from fedml_fes_plugins.cli.plan import run_plan
             return run_plan(cfg, opts)
+        if opts.command == "split":
+            from fedml_fes_plugins.runtimes.split_mpi import run_split_command
+            _print_summary(run_split_command(cfg, opts))
+            return 0
+        _refuse_split_config(opts)
         from fedml_fes.runtime.rundir import check_run_paths
         check_run_paths(cfg, opts.run_dir)  # where it writes: a file in the way, read-only, a live run's
         from fedml_fes.runtime.job import make_run_dir

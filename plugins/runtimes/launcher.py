@@ -44,7 +44,10 @@ def find_mpirun() -> str:
 
 
 def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
-                   overrides: list[str], resume: bool = False) -> list[str]:
+                   overrides: list[str], resume: bool = False,
+                   module: str = "fedml_fes_plugins.runtimes.mpi_main") -> list[str]:
+    """mpirun -np N running `module` on every rank (FedAvg rounds: mpi_main; split learning:
+    split_mpi), with the config, run dir and overrides each rank reads."""
     if np < 2:
         raise FesError(f"-np must be at least 2 (1 server + >= 1 client worker), got {np}")
     cmd = [find_mpirun(), "-np", str(np)]
@@ -54,7 +57,7 @@ def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
         cmd += ["--hostfile", hostfile]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
-    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.runtimes.mpi_main",
+    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", "-m", module,
             "--cf", config, "--run-dir", str(run_dir), "--tagged-output"]
     for item in overrides:
         cmd += ["--set", item]

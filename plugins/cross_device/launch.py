@@ -1,0 +1,193 @@
+"""`fedml-fes cross-device-local`: a whole cross-device run on this machine, supervised.
+
+With `--local-services` it starts a real MQTT broker (mosquitto) and an S3 endpoint (moto) on
+free loopback ports (`cross_silo/services.py`), else it uses the config's. Then the K
+emulated devices, each its own process, and FedML's cross-device server, all at once. Each process's output is kept in `<run_dir>/logs/`, the pids in
+`<run_dir>/processes.json`.
+
+Ending: the run is over when the server exits. The first process that exits with an error
+decides the error line (a device's own failure, not the server's "went offline" after it);
+everything still running is then stopped. Every child dies with the launcher
+(PR_SET_PDEATHSIG), and the whole run has a deadline (`timeout_s`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from fedml_fes.errors import FesError
+
+from fedml_fes_plugins.cross_device.settings import STATS_FILE
+from fedml_fes_plugins.cross_silo.services import Service, die_with_parent, start_mosquitto, start_s3, stop_process
+
+DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
+FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
+MODULE = "fedml_fes_plugins.cross_device.main"
+
+
+class Child:
+    """One supervised process; its lines go to its log and to the launcher's queue."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
+        self.name, self.log_path, self.last_error = name, log_path, None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
+        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
+        self.reader.start()
+
+    def _read(self, lines: queue.Queue) -> None:
+        with self.log_path.open("w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                text = line.rstrip("\n")
+                if text.startswith("error: "):
+                    self.last_error = text[len("error: "):]
+                lines.put((self.name, text))
+
+    def failure(self) -> str | None:
+        """Its error line once it exited non-zero (None while running or after success)."""
+        rc = self.proc.poll()
+        if rc is None or rc == 0:
+            return None
+        self.reader.join(timeout=2.0)
+        if not self.last_error:
+            return f"{self.name} exited with code {rc} (see {self.log_path})"
+        return self.last_error if self.last_error.startswith(self.name) else f"{self.name}: {self.last_error}"
+
+
+def _effective_config(config_path: str, overrides: list[str], run_dir: str | None, local_services: bool,
+                      services: list[Service]) -> tuple[Path, Path, Any, Any]:
+    from fedml_fes.config import config_from_dict, parse_overrides, read_sections
+    from fedml_fes.runtime.job import check_before_run, make_run_dir
+    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes_plugins.cross_device.settings import check_devices, device_settings
+
+    raw = read_sections(config_path, parse_overrides(overrides))
+    cfg = config_from_dict({k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}, source=str(config_path))
+    check_devices(cfg)  # bad input fails before a run directory exists
+    if not local_services:
+        device_settings(cfg)  # the broker and bucket settings too (placeholders with --local-services)
+    check_before_run(cfg)
+    path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns
+    try:
+        comm = raw.setdefault("comm_args", {})
+        comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
+        if local_services:
+            services.append(start_mosquitto(path / "services" / "mosquitto"))
+            services.append(start_s3(path / "services" / "s3"))
+            comm["customized_training_mqtt_config"] = services[0].config
+            comm["customized_training_s3_config"] = services[1].config
+        effective = path / "cross_device.yaml"
+        effective.write_text(yaml.safe_dump(raw, sort_keys=False))
+        cfg = config_from_dict({k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()},
+                               source=str(effective))
+        return path, effective, cfg, device_settings(cfg)
+    except BaseException:
+        release_run_dir(path)
+        raise
+
+
+def _first_failure(children: dict[str, Child]) -> str | None:
+    for child in children.values():
+        error = child.failure()
+        if error:
+            return error
+    return None
+
+
+def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
+              echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
+    """Devices + FedML's cross-device server here; the run's summary with the transfer
+    statistics under `cross_device`, or FesError with the one error line."""
+    from fedml_fes.runtime.rundir import inherited_lock_env, release_run_dir
+    from fedml_fes_plugins.cross_device.settings import check_transport
+
+    services: list[Service] = []
+    children: dict[str, Child] = {}
+    path = None
+    start = time.monotonic()
+    deadline = start + timeout_s if timeout_s else None
+    try:
+        path, effective, cfg, settings = _effective_config(config_path, overrides, run_dir, local_services, services)
+        check_transport(settings)
+        if cfg.model.mlm_from:  # built (or found cached) before the devices load it; the import is FedML's 10 s
+            from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+            ensure_mlm_build(cfg, echo)
+        env = {**os.environ, **inherited_lock_env(path)}
+        if cfg.common.torch_threads > 0:
+            env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+        (path / "logs").mkdir(exist_ok=True)
+        lines: queue.Queue = queue.Queue()
+        base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
+        for edge in settings.edge_ids:
+            children[f"device {edge}"] = Child(f"device {edge}", base + ["--role", "device", "--edge-id", str(edge)],
+                                               path / "logs" / f"device{edge}.log", env, lines)
+        # at once: whichever connects first, the other finds it (protocol.py: a device says ONLINE when it
+        # has subscribed, the server asks every device when it has), so start-up costs the slowest load, not the sum
+        children["server"] = Child("server", base + ["--role", "server"], path / "logs" / "server.log", env, lines)
+        (path / "processes.json").write_text(json.dumps(
+            {name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}, indent=2))
+        error = _supervise(children, lines, echo, deadline)
+    finally:
+        for child in children.values():
+            stop_process(child.proc)
+        for service in services:
+            service.stop()
+        if path is not None:
+            release_run_dir(path)
+    if error:
+        raise FesError(error)
+    summary = json.loads((path / "summary.json").read_text())
+    summary["cross_device"] = transfer_stats(path, time.monotonic() - start)
+    return summary
+
+
+def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None],
+               deadline: float | None) -> str | None:
+    """Follow the run until the server ends; the error line, if any."""
+    server = children["server"]
+    while server.proc.poll() is None or server.reader.is_alive() or not lines.empty():
+        if deadline and time.monotonic() > deadline:
+            return "the cross-device run did not end within its time limit"
+        error = _first_failure(children)
+        if error:  # the others end themselves within seconds (last wills); their logs then say how
+            _wait_all(children, FAILURE_GRACE_S)
+            return error
+        try:
+            name, text = lines.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if name == "server" or text.startswith(("error: ", "warning: ")) or " finished: " in text \
+                or text.endswith(" ready"):
+            echo(text)  # a device's lines name it
+    error = _first_failure(children)
+    if error:
+        return error
+    _wait_all(children, DEVICE_GRACE_S)
+    return _first_failure(children)
+
+
+def _wait_all(children: dict[str, Child], grace_s: float) -> None:
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end and any(c.proc.poll() is None for c in children.values()):
+        time.sleep(0.1)
+
+
+def transfer_stats(run_dir: Path, wall_s: float) -> dict[str, Any]:
+    """What the devices moved (their `device.json`) and what the server saw (`cross_device.json`)."""
+    devices = [json.loads(p.read_text()) for p in sorted((run_dir / "devices").glob("*/device.json"))]
+    server = json.loads((run_dir / STATS_FILE).read_text()) if (run_dir / STATS_FILE).exists() else {}
+    return {**server, "wall_s": round(wall_s, 1),
+            "bytes_down": sum(d["bytes_down"] for d in devices), "bytes_up": sum(d["bytes_up"] for d in devices),
+            "mqtt_bytes": sum(d["mqtt_bytes_in"] + d["mqtt_bytes_out"] for d in devices),
+            "device_rounds": [d["rounds"] for d in devices]}
