@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -27,32 +25,26 @@ import yaml
 from fedml_fes.errors import FesError
 
 from fedml_fes_plugins.cross_device.settings import STATS_FILE
-from fedml_fes_plugins.cross_silo.services import Service, die_with_parent, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo import services
+from fedml_fes_plugins.cross_silo.services import Service, start_mosquitto, start_s3, stop_process
 
 DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
 FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
 MODULE = "fedml_fes_plugins.cross_device.main"
 
 
-class Child:
-    """One supervised process; its lines go to its log and to the launcher's queue."""
+class Child(services.Child):
+    """A server or device process: every line goes to the launcher; its last error line is kept."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
-        self.name, self.log_path, self.last_error = name, log_path, None
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
-        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
-        self.reader.start()
+        self.last_error: str | None = None  # before the reader thread starts
+        super().__init__(name, cmd, log_path, env, lines)
 
-    def _read(self, lines: queue.Queue) -> None:
-        with self.log_path.open("w") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                text = line.rstrip("\n")
-                if text.startswith("error: "):
-                    self.last_error = text[len("error: "):]
-                lines.put((self.name, text))
+    def forward(self, line: str) -> str | None:
+        text = line.rstrip("\n")
+        if text.startswith("error: "):
+            self.last_error = text[len("error: "):]
+        return text
 
     def failure(self) -> str | None:
         """Its error line once it exited non-zero (None while running or after success)."""

@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import os
 import queue
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,33 +28,20 @@ from fedml_fes.errors import FesError
 
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
-from fedml_fes_plugins.cross_silo.services import Service, die_with_parent, free_port, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo import services
+from fedml_fes_plugins.cross_silo.services import Service, free_port, start_mosquitto, start_s3
 
 SILO_GRACE_S = 15.0
 
 
-class Child:
-    """One supervised process and the thread that reads its output."""
+class Child(services.Child):
+    """A server or silo process: its tagged lines go to the launcher, then None when it ends."""
 
-    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
-        self.name = name
-        self.log_path = log_path
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
-        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
-        self.reader.start()
+    def forward(self, line: str) -> str | None:
+        return line[len(TAG):].rstrip("\n") if line.startswith(TAG) else None
 
-    def _read(self, lines: queue.Queue) -> None:
-        with self.log_path.open("w") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                if line.startswith(TAG):
-                    lines.put((self.name, line[len(TAG):].rstrip("\n")))
+    def finished(self, lines: queue.Queue) -> None:
         lines.put((self.name, None))
-
-    def stop(self) -> None:
-        stop_process(self.proc)
 
 
 def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:

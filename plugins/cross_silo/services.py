@@ -11,11 +11,13 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,40 @@ def die_with_parent() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except OSError:
             pass
+
+
+class Child:
+    """One supervised process and the thread that copies its output into its log and passes
+    lines on to the launcher's queue (`forward` says which and how; `finished` runs when its
+    output ends). Used by the cross-silo and the cross-device launchers."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
+        self.name = name
+        self.log_path = log_path
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
+        self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
+        self.reader.start()
+
+    def forward(self, line: str) -> str | None:
+        """What of an output line goes to the queue (None: the log only)."""
+        return line.rstrip("\n")
+
+    def finished(self, lines: queue.Queue) -> None:
+        """Its output ended."""
+
+    def _read(self, lines: queue.Queue) -> None:
+        with self.log_path.open("w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                text = self.forward(line)
+                if text is not None:
+                    lines.put((self.name, text))
+        self.finished(lines)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 3.0) -> None:
