@@ -13,7 +13,6 @@ everything still running is then stopped. Every child dies with the launcher
 from __future__ import annotations
 
 import json
-import os
 import queue
 import sys
 import time
@@ -25,15 +24,14 @@ import yaml
 from fedml_fes.errors import FesError
 
 from fedml_fes_plugins.cross_device.settings import STATS_FILE
-from fedml_fes_plugins.cross_silo import services
-from fedml_fes_plugins.cross_silo.services import Service, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo.services import Child as ServiceChild, Service, child_env, start_mosquitto, start_s3, stop_process
 
 DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
 FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
 MODULE = "fedml_fes_plugins.cross_device.main"
 
 
-class Child(services.Child):
+class Child(ServiceChild):
     """A server or device process: every line goes to the launcher; its last error line is kept."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
@@ -101,7 +99,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
               echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
     """Devices + FedML's cross-device server here; the run's summary with the transfer
     statistics under `cross_device`, or FesError with the one error line."""
-    from fedml_fes.runtime.rundir import inherited_lock_env, release_run_dir
+    from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_device.settings import check_transport
 
     services: list[Service] = []
@@ -115,9 +113,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         if cfg.model.mlm_from:  # built (or found cached) before the devices load it; the import is FedML's 10 s
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
             ensure_mlm_build(cfg, echo)
-        env = {**os.environ, **inherited_lock_env(path)}
-        if cfg.common.torch_threads > 0:
-            env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+        env = child_env(path, cfg.common.torch_threads)
         (path / "logs").mkdir(exist_ok=True)
         lines: queue.Queue = queue.Queue()
         base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]

@@ -15,7 +15,6 @@ launcher is killed.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import sys
 import time
@@ -28,13 +27,12 @@ from fedml_fes.errors import FesError
 
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
-from fedml_fes_plugins.cross_silo import services
-from fedml_fes_plugins.cross_silo.services import Service, free_port, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import Child as ServiceChild, Service, child_env, free_port, start_mosquitto, start_s3
 
 SILO_GRACE_S = 15.0
 
 
-class Child(services.Child):
+class Child(ServiceChild):
     """A server or silo process: its tagged lines go to the launcher, then None when it ends."""
 
     def forward(self, line: str) -> str | None:
@@ -111,7 +109,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
     `resume`: continue the run in `run_dir` after its checkpointed round (the silos restore
     their devices to it); a completed run's summary is returned as it is."""
     from fedml_fes.runtime.job import check_before_run
-    from fedml_fes.runtime.rundir import inherited_lock_env, release_run_dir
+    from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
     from fedml_fes.config import parse_overrides
@@ -134,9 +132,7 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         else:
             preflight(settings, 0)
         ensure_mlm_build(cfg, echo)
-        env = {**os.environ, **inherited_lock_env(path)}
-        if cfg.common.torch_threads > 0:
-            env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+        env = child_env(path, cfg.common.torch_threads)
         (path / "logs").mkdir(exist_ok=True)
         lines: queue.Queue = queue.Queue()
         base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(effective),

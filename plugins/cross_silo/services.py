@@ -43,6 +43,16 @@ def die_with_parent() -> None:
             pass
 
 
+def child_env(run_dir: Path, torch_threads: int) -> dict[str, str]:
+    """A launched process's environment: it writes under the launcher's lock on `run_dir`
+    (handed down, `rundir.inherited_lock_env`) and, with `torch_threads` set, BLAS uses as many."""
+    from fedml_fes.runtime.rundir import inherited_lock_env
+    env = {**os.environ, **inherited_lock_env(run_dir)}
+    if torch_threads > 0:
+        env.setdefault("OMP_NUM_THREADS", str(torch_threads))
+    return env
+
+
 class Child:
     """One supervised process and the thread that copies its output into its log and passes
     lines on to the launcher's queue (`forward` says which and how; `finished` runs when its

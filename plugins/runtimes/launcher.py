@@ -43,6 +43,22 @@ def find_mpirun() -> str:
     return found
 
 
+def relay_tagged(proc: subprocess.Popen, log, echo: Callable[[str], None], tag: str = TAG) -> str | None:
+    """Copy mpirun's output into `log`; echo the ranks' lines tagged `tag`; return the first
+    tagged error line (what the run failed with), None when there was none."""
+    error = None
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        if line.startswith(tag):
+            text = line[len(tag):].rstrip("\n")
+            if text.startswith("error: "):
+                error = error or text[len("error: "):]
+            else:
+                echo(text)
+    return error
+
+
 def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
                    overrides: list[str], resume: bool = False,
                    module: str = "fedml_fes_plugins.runtimes.mpi_main") -> list[str]:
@@ -97,15 +113,7 @@ def run_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfil
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1,
                                 start_new_session=True, preexec_fn=die_with_parent)
         try:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if line.startswith(TAG):
-                    text = line[len(TAG):].rstrip("\n")
-                    if text.startswith("error: "):
-                        error = error or text[len("error: "):]
-                    else:
-                        echo(text)
+            error = relay_tagged(proc, log, echo)
             rc = proc.wait(timeout=timeout_s)
         except KeyboardInterrupt as e:
             end_process_tree(proc)

@@ -198,20 +198,13 @@ def run_split_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, h
     env = dict(os.environ)
     if cfg.common.torch_threads > 0:
         env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+    from fedml_fes_plugins.runtimes.launcher import relay_tagged
     run_dir = Path(run_dir)
-    error = None
     with (run_dir / "mpirun.log").open("w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1,
                                 start_new_session=True, preexec_fn=die_with_parent)
         try:
-            for line in proc.stdout:
-                log.write(line)
-                if line.startswith(TAG):
-                    text = line[len(TAG):].rstrip("\n")
-                    if text.startswith("error: "):
-                        error = error or text[len("error: "):]
-                    else:
-                        echo(text)
+            error = relay_tagged(proc, log, echo, TAG)
             rc = proc.wait(timeout=timeout_s)
         finally:
             end_process_tree(proc)
