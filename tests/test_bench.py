@@ -181,9 +181,13 @@ def test_cli_bench_errors_are_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_smoke_preset_end_to_end(tmp_path, capsys):
-    """`fedml-fes bench --preset smoke` as CI runs it (minutes)."""
+    """`fedml-fes bench --preset smoke` on the real MiniLM: this host calibrated on the model, the
+    target (FedFSL) and FeS trained, the report written. Its other methods run on the tiny model
+    in tests/test_fes.py and tests/test_pseudo.py; every run of the full preset
+    is checked by test_bench_dry_run_checks_every_run_and_writes_nothing."""
     from fedml_fes_plugins.cli.main import main
-    assert main(["bench", "--preset", "smoke", "--out", str(tmp_path / "smoke"), "--no-progress"]) == 0
+    assert main(["bench", "--preset", "smoke", "--out", str(tmp_path / "smoke"), "--no-progress",
+                 "--methods", "fedfsl", "fes", "--no-full-label", "--set", "train_args.comm_round=2"]) == 0
     out = capsys.readouterr().out
     assert "FeS against the paper's best figures" in out and "full report:" in out
     assert (tmp_path / "smoke" / "report" / "compute_model.png").is_file()

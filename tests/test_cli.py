@@ -106,7 +106,7 @@ def test_progress_bar_on_a_terminal_and_none_with_no_progress(tmp_path, tiny_mod
 def test_demo_compares_fes_with_the_baselines(tmp_path):
     """The README's main job, shortened: real MiniLM, real BBC News, in-process FedML runtime,
     FedCLS, FedFSL and FeS on one partition, the MLM head built once into the given cache."""
-    out = fes("demo", "--rounds", "2", "--mlm-rounds", "1", "--output-dir", str(tmp_path / "runs"),
+    out = fes("demo", "--rounds", "1", "--mlm-rounds", "1", "--output-dir", str(tmp_path / "runs"),
               "--cache-dir", str(tmp_path / "cache"), timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
