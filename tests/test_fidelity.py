@@ -111,6 +111,17 @@ def test_shared_config_check_names_a_per_dataset_difference():
     assert fid.shared_config_check(rows) == ["train_args.learning_rate"]
 
 
+def test_shared_config_check_reads_project_files_the_same_from_any_checkout():
+    """Runs made from a worktree record absolute paths to the same project files."""
+    rows = _rows(GOOD)
+    for i, r in enumerate(rows):
+        where = "run_configs/mlm.yaml" if i % 2 else "/elsewhere/clone/run_configs/mlm.yaml"
+        r["_config"] = {**r["_config"], "model_args": {"mlm_from": where}}
+    assert fid.shared_config_check(rows) == []
+    rows[0]["_config"] = {**rows[0]["_config"], "model_args": {"mlm_from": "/elsewhere/run_configs/other.yaml"}}
+    assert fid.shared_config_check(rows) == ["model_args.mlm_from"]
+
+
 def test_shared_config_check_compares_a_section_among_the_methods_that_read_it():
     rows = _rows(GOOD)
     for r in rows:  # FeS's bias-only lr differs from what the full-tuning methods' configs say

@@ -628,6 +628,21 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
     return out
 
 
+CHECKOUT_FOLDERS = ("run_configs", "mpi", "deploy", "benchmarks")
+
+
+def _in_checkout(value: Any) -> Any:
+    """A project file's path as it reads inside any checkout: runs made from another clone or
+    worktree (an absolute `/elsewhere/run_configs/x.yaml`) name the same file as
+    `run_configs/x.yaml`; anything else unchanged."""
+    if isinstance(value, str) and value.startswith("/"):
+        parts = Path(value).parts
+        for i, part in enumerate(parts):
+            if part in CHECKOUT_FOLDERS:
+                return "/".join(parts[i:])
+    return value
+
+
 def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
     """Config keys that differ between runs beyond the per-run and per-dataset ones (empty: one shared config)."""
     from fedml_fes.runtime.methods import inert_keys, is_inert
@@ -636,7 +651,7 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
         return inert_keys(cfg.get("train_args", {}).get("method", ""), cfg.get("model_args", {}).get("tuning", "full"))
 
     def flat(cfg: dict) -> dict[str, Any]:
-        return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in cfg.items() if s != "cost_args"
+        return {f"{s}.{k}": json.dumps(_in_checkout(v), sort_keys=True) for s, vals in cfg.items() if s != "cost_args"
                 for k, v in vals.items() if f"{s}.{k}" not in VARYING_KEYS}
     configs = [(flat(r["_config"]), inert(r["_config"])) for r in rows]
     differ: set[str] = set()

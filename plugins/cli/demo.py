@@ -45,7 +45,7 @@ SHARED: dict[str, dict[str, Any]] = {
     "prompt_args": {"pattern_id": 1},
     "train_args": {"comm_round": 8, "client_num_per_round": 5, "epochs": 1, "batch_size": 4,
                    "learning_rate": 5e-5, "eval_batch_size": 64, "frequency_of_the_test": 3},
-    "pseudo_args": {"start_round": 4, "label_every": 1, "label_clients": 5, "per_pass": 100},
+    "pseudo_args": {"start_round": 4, "label_every": 1, "label_clients": 5, "per_pass": 100, "soft_labels": True},
     "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01,
                     "bias_epochs": 5},
     "filter_args": {"method": "vote_k", "rho": 10.0},
