@@ -222,6 +222,11 @@ def test_resume_check_ignores_sections_the_method_never_reads(tmp_path):
         cfg.tuning_args.bias_learning_rate = 0.01
         cfg.train_args.method = method
         assert _config_changes(tmp_path, cfg) == ["train_args.method"] * (method != "fedcls") + changed, method
+    for method, changed in (("fedcls", []), ("prompt_only", []), ("fedfsl", ["pseudo_args.soft_labels"])):
+        cfg = FesConfig()  # pseudo labels' settings: only the methods that pseudo-label read them
+        cfg.pseudo.soft_labels = not cfg.pseudo.soft_labels
+        cfg.train_args.method = method
+        assert _config_changes(tmp_path, cfg) == ["train_args.method"] * (method != "fedcls") + changed, method
 
 
 def test_fes_evidence_and_the_bench_report_judge_against_one_set_of_paper_bars():

@@ -428,7 +428,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     never reads, so a change there cannot change its run (the benchmarks' resume check and
     shared-config check ignore them): `tuning_args` (layer plan, bias-only lr and epochs,
     activation cache) for a method that trains every weight; FeS's pacing-only keys for a
-    method without curriculum pacing; `adapter_args` for a method without adapters."""
+    method without curriculum pacing; `adapter_args` for a method without adapters;
+    `pseudo_args` and `filter_args` for a method that never pseudo-labels (FedCLS, Prompt-only)."""
     method = PRESETS.get(method_name)
     made = method() if method else None
     mode = getattr(made, "tuning", None) or model_tuning
@@ -439,6 +440,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
         inert |= {f"tuning_args.{k}" for k in ("full_layers", "bias_layers", "bias_learning_rate", "bias_epochs")}
     if made is not None and getattr(made, "pacing", "count") == "count":
         inert.add("pacing_args.train_sampling")
+    if made is not None and not made.uses_pseudo:
+        inert |= {"pseudo_args", "filter_args"}
     return frozenset(inert)
 
 
