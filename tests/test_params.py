@@ -18,6 +18,18 @@ def test_fedavg_weighted_by_counts():
     assert out["w"].dtype == torch.float32
 
 
+def test_fedavg_in_float32_is_the_exact_mean_to_float32_rounding_and_half_is_summed_in_float32():
+    g = torch.Generator().manual_seed(0)
+    states = [OrderedDict(w=torch.randn(1000, generator=g)) for _ in range(20)]
+    weights = [float(i + 1) for i in range(20)]
+    exact = sum(w * s["w"].double() for w, s in zip(weights, states)) / sum(weights)
+    out = fedavg(list(zip(weights, states)))["w"]
+    assert out.dtype == torch.float32 and torch.allclose(out.double(), exact, rtol=0, atol=1e-6)
+    half = fedavg([(1.0, OrderedDict(w=torch.full((4,), 1000.0, dtype=torch.float16)))] +
+                  [(1.0, OrderedDict(w=torch.full((4,), 0.25, dtype=torch.float16)))] * 3999)["w"]
+    assert half.dtype == torch.float16 and torch.allclose(half.float(), torch.full((4,), 0.49975), atol=1e-3)
+
+
 def test_fedavg_rejects_empty_and_zero_weights():
     with pytest.raises(FesError):
         fedavg([])

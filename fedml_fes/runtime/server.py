@@ -399,11 +399,14 @@ class RoundServer:
         return slice_update(params, self.autoconf.union()) if getattr(self, "autoconf", None) else params
 
     def _accepted(self, round_idx: int, updates: list[ClientUpdate], reference) -> list[ClientUpdate]:
-        """Updates that pass validation (keys, shapes, dtypes, finite values, weight)."""
+        """Updates whose structure passes (keys, shapes, dtypes) with a positive weight. Their
+        values (finite, within bounds) are screened where every update is averaged, in the
+        aggregator (`FedAvgCore.aggregate`), which logs its rejections here too: one pass over
+        the tensors instead of two (a finite-value pass here cost ~0.1 s per 90.9 MB update)."""
         accepted: list[ClientUpdate] = []
         for u in updates:
             try:
-                validate_update(u.params, reference, f"client {u.client_id}")
+                validate_update(u.params, reference, f"client {u.client_id}", finite=False)
                 if not (np.isfinite(u.weight) and u.weight > 0):
                     raise FesError(f"update from client {u.client_id} has weight {u.weight}")
                 accepted.append(u)
