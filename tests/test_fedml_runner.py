@@ -481,6 +481,53 @@ def test_tensors_cross_the_mpi_wire_as_arrays_bit_for_bit():
     assert tensors_from_wire("not tensors") == "not tensors" and tensors_to_wire(None) is None
 
 
+def test_a_message_travels_with_its_arrays_out_of_band_and_arrives_bit_for_bit():
+    """send_out_of_band / receive_out_of_band over a stand-in for mpi4py's comm: the header is
+    one small pickled message, each array's memory goes as a buffer message of its own (not
+    copied into the pickle), and the receiver gets equal arrays as views of one allocation."""
+    import numpy as np
+    from fedml_fes_plugins.adapters import mpi_transport as t
+
+    class Wire:  # one rank pair: what `send`/`Send` put on it, in order
+        def __init__(self):
+            self.messages = []
+
+        def send(self, obj, dest, tag):
+            import pickle
+            self.messages.append((tag, pickle.dumps(obj)))
+
+        def Send(self, buf, dest, tag):
+            self.messages.append((tag, bytes(buf)))
+
+        def recv(self, source, tag):
+            import pickle
+            got_tag, data = self.messages.pop(0)
+            assert got_tag == tag
+            return pickle.loads(data)
+
+        def Recv(self, buf, source, tag):
+            got_tag, data = self.messages.pop(0)
+            assert got_tag == tag and len(data) == buf.nbytes
+            buf[:] = data
+
+    params = OrderedDict(w=np.random.rand(300, 7000).astype(np.float32), b=np.arange(5, dtype=np.int64),
+                         f=np.asfortranarray(np.random.rand(4, 3)), e=np.zeros(0, dtype=np.float32),
+                         odd=np.arange(3, dtype=np.int8), s=np.random.rand(6, 4)[:, ::2])
+    msg = {"round": 3, "params": params, "tasks": [{"client": 5}]}
+    wire = Wire()
+    t.send_out_of_band(wire, msg, dest=1)
+    header_tag, header = wire.messages[0]
+    assert header_tag == t.HEADER_TAG and len(header) < 2_000  # the arrays are not in it
+    assert sum(tag == t.BUFFER_TAG for tag, _ in wire.messages) >= 4
+    got = t.receive_out_of_band(wire, source=0)
+    assert wire.messages == [] and got["round"] == 3 and got["tasks"] == [{"client": 5}]
+    assert list(got["params"]) == list(params)
+    for k, v in params.items():
+        assert got["params"][k].dtype == v.dtype and np.array_equal(got["params"][k], v), k
+    assert all(got["params"][k].flags.writeable and got["params"][k].ctypes.data % t.ALIGN == 0 for k in "wb")
+    assert torch.equal(torch.from_numpy(got["params"]["w"]), torch.from_numpy(params["w"]))
+
+
 def test_the_mpi_receive_thread_backs_off_while_idle_and_stops():
     """FedML's receive thread probed every 1 ms for the whole run; ours queues every message
     in order, probes less and less often while none comes (up to PROBE_MAX_S), and stops."""
@@ -489,20 +536,21 @@ def test_the_mpi_receive_thread_backs_off_while_idle_and_stops():
     import time
     from fedml_fes_plugins.adapters import mpi_transport as t
 
-    class FakeComm:
+    class FakeChannel:  # OutOfBandChannel's interface
         def __init__(self):
             self.pending, self.probes, self.lock = [], [], threading.Lock()
 
-        def Iprobe(self):
+        def poll(self):
             with self.lock:
                 self.probes.append(time.monotonic())
-                return bool(self.pending)
+                return 2 if self.pending else None
 
-        def recv(self):
+        def receive(self, source):
+            assert source == 2
             with self.lock:
                 return self.pending.pop(0)
 
-    comm, got = FakeComm(), queue.Queue()
+    comm, got = FakeChannel(), queue.Queue()
     thread = t.BackoffReceiveThread(comm, 1, 3, "test", got)
     thread.start()
     time.sleep(0.5)  # idle: about 25 probes at the backed-off interval, not 500
