@@ -15,32 +15,22 @@ from pathlib import Path
 from fedml_fes.config import load_config, parse_overrides
 from fedml_fes.errors import FesError
 
+from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
+
 TAG = "@fes "
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.runtimes.mpi_main",
-                                description="One rank of a FeS run under mpirun (rank 0 = server).")
-    p.add_argument("--cf", required=True, help="run config YAML")
-    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
+    p = rank_parser("fedml_fes_plugins.runtimes.mpi_main", "One rank of a FeS run under mpirun (rank 0 = server).")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir from its checkpoint (the last finished round)")
-    p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    prefix = TAG if opts.tagged_output else ""
-
-    def emit(line: str) -> None:
-        print(prefix + line, flush=True)
+    world = join_world(TAG, opts.tagged_output)
+    comm, rank, size, emit, prefix = world.comm, world.rank, world.size, world.emit, world.prefix
 
     def fatal(line: str) -> None:
         print(f"{prefix}error: {line}", file=sys.stdout, flush=True)

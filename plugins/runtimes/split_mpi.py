@@ -37,6 +37,7 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
 
+from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree
 
 TAG = "@split "
@@ -126,26 +127,15 @@ def play_clients(comm, side) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.runtimes.split_mpi",
-                                description="One rank of a split-learning run under mpirun (rank 0 = server body).")
-    p.add_argument("--cf", required=True, help="run config YAML (split_args)")
-    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
-    p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    return rank_parser("fedml_fes_plugins.runtimes.split_mpi",
+                       "One rank of a split-learning run under mpirun (rank 0 = server body).",
+                       "run config YAML (split_args)").parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    prefix = TAG if opts.tagged_output else ""
-
-    def emit(line: str) -> None:
-        print(prefix + line, flush=True)
+    world = join_world(TAG, opts.tagged_output)
+    comm, rank, size, emit, prefix = world.comm, world.rank, world.size, world.emit, world.prefix
 
     run = None
     try:
