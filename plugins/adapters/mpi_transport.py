@@ -11,7 +11,7 @@ FedML 0.9.6 `com_manager.py:72` sends a message with `comm.send(msg)` and
 `mpi_receive_thread.py:32` takes it with `comm.recv()`: mpi4py pickles the whole message,
 tensors included, into one bytes object and unpickles it into new arrays. For a 90.9 MB
 update that took 0.16 s to pickle and 0.12 s to unpickle on this host, against 0.02 s for
-MPI to move the same bytes as a buffer. `OutOfBandMpiCommManager.send_message` pickles the
+MPI to move the same bytes as a buffer. `BlockingMpiCommManager.send_message` pickles the
 message with protocol 5 and its arrays out of band: a small header (`comm.send`, tag 0), then
 each array's memory as it is (`comm.Send`, tag 1); the receive thread takes the header, then
 the buffers from the same rank into one allocation, and unpickles the arrays as views of it.
