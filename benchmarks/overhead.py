@@ -1,27 +1,33 @@
 """Runtime overhead: the same local training, raw and through each runtime (issue 13, item 5).
 
 One config (run_configs/overhead.yaml: FedCLS on BBC News, the offline MiniLM, gold labels on
-every client so each played client trains a few batches) runs through the in-process runtime
-and through `mpirun -np 3` (a server and two workers); each writes metrics.csv with the
-round's wall time and its clients. Then the same (round, client) trainings run raw: the
-method's own `local_train` (tokenize, forward, backward, optimizer steps) called directly on
-each played client's data, no runtime around it, timed one by one.
+every client so each played client trains a few batches) runs through the in-process runtime,
+through `mpirun -np 3` (a server and two workers) and as a cross-silo run over gRPC on loopback
+(a server and two silos); each writes metrics.csv with the round's wall time and its clients.
+Then the same (round, client) trainings run raw: the method's own `local_train` (tokenize,
+forward, backward, optimizer steps) called directly on each played client's data, no runtime
+around it, timed one by one, in as many processes as the runtime has workers, side by side,
+each with the clients the runtime gave that worker:
 
-    in-process overhead = sum of round walls / sum of raw trainings - 1
-    mpirun overhead     = sum of round walls / sum over rounds of the busier worker's raw
-                          trainings (the same round-robin split the runtime uses) - 1
+    overhead = sum of round walls / sum over rounds of the busiest worker's raw trainings - 1
 
-Raw trainings are timed in a separate process after the run, so machine drift between the two
-shows up in that figure; the second figure divides by the training time the runtime measured
-around each task in the same run (client_costs.csv `compute_s`): the share spent outside
-training (sending, validating, aggregating, bookkeeping).
+Workers: in-process one; mpirun two, the runtime's round-robin split (`assign_slots`);
+cross-silo two, device c on silo 1 + c % 2. Raw workers run side by side because the
+runtime's workers do: two trainings on two cores run slower than one alone, and that is the
+machine, not the runtime.
+
+Each runtime runs `--repeats` times, alternating with its raw pass (run, raw, run, raw), and
+the figure pools them (sum of walls / sum of baselines), so the machine's drift over minutes
+falls on both sides. A second figure divides by the training time the runtime measured around
+each task in the same run (client_costs.csv `compute_s`): the share spent outside training
+(sending, validating, aggregating, bookkeeping).
 
 Round walls of the last round are left out (it evaluates on the test split; a runtime's
 evaluation is not training overhead), as are the first `--warmup` rounds. Everything runs
 with one torch thread per process. Targets (issue 13): <= 10% in-process, <= 25% mpirun.
 
-    .venv/bin/python benchmarks/overhead.py                     # both runtimes, table to stdout
-    .venv/bin/python benchmarks/overhead.py --runtimes inprocess --rounds 4
+    .venv/bin/python benchmarks/overhead.py                     # every runtime, table to stdout
+    .venv/bin/python benchmarks/overhead.py --runtimes inprocess --rounds 4 --repeats 1
     .venv/bin/python benchmarks/overhead.py --set train_args.method=prompt_only --set model_args.tuning=bias
 """
 from __future__ import annotations
@@ -34,55 +40,137 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from fedml_fes.config import load_config, parse_overrides
+from fedml_fes.config import add_set_argument, load_config, parse_overrides
+from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import build_job, configure_torch, make_run_dir
 from fedml_fes.runtime.payload import assign_slots
 from fedml_fes.runtime.tasks import ClientTask, task_seed
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CF = "run_configs/overhead.yaml"
+RUNTIMES = ("inprocess", "mpirun", "cross_silo")
+WORKERS = {"inprocess": 1, "mpirun": 2, "cross_silo": 2}
+READY_TIMEOUT_S = 300.0
+
+Round = tuple[int, list[int], float]  # (round, played clients, wall seconds)
+Split = Callable[[list[int]], list[list[int]]]  # a round's clients -> each worker's clients
 
 
-def _rounds(run_dir: Path) -> list[tuple[int, list[int], float]]:
+def mpirun_split(clients: list[int], workers: int = 2) -> list[list[int]]:
+    """The MPI runtime's split of a round's training tasks: round-robin in client-id order."""
+    plan = assign_slots([ClientTask(0, c, "train", 0) for c in clients], workers)
+    return [[t.client_id for t in plan[s]] for s in range(workers)]
+
+
+def cross_silo_split(clients: list[int], silos: int = 2) -> list[list[int]]:
+    """The cross-silo runtime's: device c lives on silo 1 + c % silos (CrossSiloSettings.owner_rank)."""
+    return [[c for c in clients if c % silos == s] for s in range(silos)]
+
+
+def split_for(runtime: str) -> Split:
+    if runtime == "inprocess":
+        return lambda clients: [list(clients)]
+    return mpirun_split if runtime == "mpirun" else cross_silo_split
+
+
+def baseline(kept: list[Round], times: dict, split: Split) -> float:
+    """The rounds' training alone: per round, the busiest worker's trainings one after another."""
+    return sum(max(sum(times[(rnd, c)] for c in share) for share in split(clients) if share) if clients else 0.0
+               for rnd, clients, _ in kept)
+
+
+def worker_tasks(rounds: list[Round], split: Split, workers: int) -> list[list[tuple[int, int]]]:
+    """Each raw worker's (round, client) trainings, in round order."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(workers)]
+    for rnd, clients, _ in rounds:
+        for w, share in enumerate(split(clients)):
+            out[w] += [(rnd, c) for c in share]
+    return out
+
+
+def _rounds(run_dir: Path) -> list[Round]:
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     return [(int(r["round"]), [int(c) for c in r["clients"].split()], float(r["round_wall_s"])) for r in rows]
 
 
-def run_inprocess(cf: str, out: Path, overrides: dict) -> Path:
+def run_inprocess(cf: str, run_dir: Path, sets: list[str]) -> Path:
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    cfg = load_config(cf, overrides)
-    run_dir = make_run_dir(cfg, str(out / "inprocess"))
+    cfg = load_config(cf, parse_overrides(sets))
+    run_dir = make_run_dir(cfg, str(run_dir))
     run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
     return run_dir
 
 
-def run_mpirun(cf: str, out: Path, sets: list[str]) -> Path:
-    run_dir = out / "mpirun"
+def run_mpirun(cf: str, run_dir: Path, sets: list[str]) -> Path:
     cmd = [sys.executable, "-m", "fedml_fes_plugins.cli.main", "mpirun", "-np", "3", "--cf", str(Path(cf).resolve()),
            "--run-dir", str(run_dir.resolve())] + [a for s in sets for a in ("--set", s)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return run_dir
 
 
-def raw_times(cf: str, overrides: dict, played: list[tuple[int, list[int]]], scratch: Path) -> dict:
-    """Seconds of each (round, client)'s training called directly, no runtime."""
-    cfg = load_config(cf, overrides)
+def run_cross_silo(cf: str, run_dir: Path, sets: list[str]) -> Path:
+    """Server + 2 silos over FedML's gRPC on fresh loopback ports (`cross-silo-local --local-services`)."""
+    from fedml_fes_plugins.cross_silo.launch import run_local
+    silo = ["common_args.training_type=cross_silo", "comm_args.backend=GRPC", "comm_args.silo_num=2"]
+    run_local(str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None)
+    return run_dir
+
+
+RUNNERS = {"inprocess": run_inprocess, "mpirun": run_mpirun, "cross_silo": run_cross_silo}
+
+
+def raw_worker(spec_path: str) -> int:
+    """One raw worker (a child process): build the job, say ready, wait for go, time each task."""
+    spec = json.loads(Path(spec_path).read_text())
+    cfg = load_config(spec["cf"], parse_overrides(spec["sets"]))
     configure_torch(cfg)
-    job = build_job(cfg, "server", make_run_dir(cfg, str(scratch)))
-    times = {}
-    for rnd, clients in played:
-        for cid in clients:
-            seed = task_seed(cfg.common.random_seed, rnd, cid)
-            torch.manual_seed(seed)
-            gen = torch.Generator().manual_seed(seed)
-            start = time.perf_counter()
-            job.method.local_train(job.model, job.tokenizer, job.data.clients[cid],
-                                   cfg.for_round(rnd, job.method.uses_pseudo, False), gen, job.device, None)
-            times[(rnd, cid)] = time.perf_counter() - start
-    return times
+    job = build_job(cfg, "server", make_run_dir(cfg, spec["scratch"]))
+    Path(spec["ready"]).touch()
+    go = Path(spec["go"])
+    while not go.exists():
+        time.sleep(0.01)
+    times = []
+    for rnd, cid in spec["tasks"]:
+        seed = task_seed(cfg.common.random_seed, rnd, cid)
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        start = time.perf_counter()
+        job.method.local_train(job.model, job.tokenizer, job.data.clients[cid],
+                               cfg.for_round(rnd, job.method.uses_pseudo, False), gen, job.device, None)
+        times.append([rnd, cid, time.perf_counter() - start])
+    Path(spec["out"]).write_text(json.dumps(times))
+    return 0
+
+
+def raw_times(cf: str, sets: list[str], tasks: list[list[tuple[int, int]]], scratch: Path) -> dict:
+    """Seconds of each (round, client)'s training called directly, no runtime: one process per
+    worker, started together once every one has loaded its model."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    go = scratch / "go"
+    procs, outs, readies = [], [], []
+    for w, mine in enumerate(tasks):
+        spec = {"cf": cf, "sets": sets, "tasks": mine, "scratch": str(scratch / f"job{w}"),
+                "ready": str(scratch / f"ready{w}"), "go": str(go), "out": str(scratch / f"times{w}.json")}
+        path = scratch / f"spec{w}.json"
+        path.write_text(json.dumps(spec))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--raw-worker", str(path)], cwd=REPO))
+        outs.append(Path(spec["out"]))
+        readies.append(Path(spec["ready"]))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(r.exists() for r in readies):
+        if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
+            for p in procs:
+                p.kill()
+            raise SystemExit(f"overhead: a raw worker failed before starting (see {scratch})")
+        time.sleep(0.05)
+    go.touch()
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit(f"overhead: a raw worker failed (see {scratch})")
+    return {(rnd, cid): s for out in outs for rnd, cid, s in json.loads(out.read_text())}
 
 
 def in_run_compute(run_dir: Path) -> dict:
@@ -91,17 +179,36 @@ def in_run_compute(run_dir: Path) -> dict:
     return {(int(r["round"]), int(r["client_id"])): float(r["compute_s"]) for r in rows if r["phase"] == "train"}
 
 
-def baseline(kept, times: dict, workers: int | None) -> float:
-    """The rounds' training alone: every client one after another (in-process), or the busier
-    worker's clients (the same round-robin split the runtime uses)."""
-    base = 0.0
-    for rnd, clients, _ in kept:
-        if workers is None:
-            base += sum(times[(rnd, c)] for c in clients)
-        else:
-            tasks = [ClientTask(rnd, c, "train", 0) for c in clients]
-            base += max(sum(times[(rnd, t.client_id)] for t in ts) for ts in assign_slots(tasks, workers).values())
-    return base
+def pair_figures(run_dir: Path, kept: list[Round], raw: dict, split: Split) -> dict:
+    """One (run, raw pass) pair: round walls, the raw baseline, the training the run measured."""
+    return {"wall_s": sum(w for _, _, w in kept), "raw_s": baseline(kept, raw, split),
+            "in_run_train_s": baseline(kept, in_run_compute(run_dir), split),
+            "round_wall_median_s": statistics.median(w for _, _, w in kept),
+            "rounds_measured": len(kept), "run_dir": str(run_dir)}
+
+
+def pooled(name: str, pairs: list[dict]) -> dict:
+    """The runtime's figures over its pairs (sums of walls over sums of baselines), and each pair's."""
+    wall, raw, inside = (sum(p[k] for p in pairs) for k in ("wall_s", "raw_s", "in_run_train_s"))
+    return {"workers": WORKERS[name], "repeats": len(pairs), "wall_s": round(wall, 3), "raw_s": round(raw, 3),
+            "in_run_train_s": round(inside, 3), "overhead": round(wall / raw - 1, 4),
+            "orchestration": round(wall / inside - 1, 4),
+            "pairs": [{**p, "overhead": round(p["wall_s"] / p["raw_s"] - 1, 4),
+                       "orchestration": round(p["wall_s"] / p["in_run_train_s"] - 1, 4),
+                       **{k: round(p[k], 3) for k in ("wall_s", "raw_s", "in_run_train_s", "round_wall_median_s")}}
+                      for p in pairs]}
+
+
+def measure(name: str, cf: str, sets: list[str], out: Path, repeats: int, warmup: int) -> dict:
+    """`repeats` pairs of (run, raw pass), pooled."""
+    split = split_for(name)
+    pairs = []
+    for i in range(repeats):
+        run_dir = RUNNERS[name](cf, out / f"{name}-{i}", sets)
+        kept = _rounds(run_dir)[warmup:-1]
+        raw = raw_times(cf, sets, worker_tasks(kept, split, WORKERS[name]), out / f"raw-{name}-{i}")
+        pairs.append(pair_figures(run_dir, kept, raw, split))
+    return pooled(name, pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,35 +218,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/overhead")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--warmup", type=int, default=1, help="first rounds left out (model load, first-touch costs)")
-    p.add_argument("--runtimes", nargs="+", default=["inprocess", "mpirun"], choices=["inprocess", "mpirun"])
+    p.add_argument("--repeats", type=int, default=2, help="(run, raw pass) pairs per runtime, pooled")
+    p.add_argument("--runtimes", nargs="+", default=list(RUNTIMES), choices=RUNTIMES)
     p.add_argument("--json", default="", help="also write the figures here")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key for every run, e.g. --set model_args.tuning=bias")
+    add_set_argument(p, "override a config key for every run, e.g. --set model_args.tuning=bias")
+    p.add_argument("--raw-worker", default="", help=argparse.SUPPRESS)  # internal: one raw worker process
     opts = p.parse_args(argv)
+    if opts.raw_worker:
+        try:
+            return raw_worker(opts.raw_worker)
+        except FesError as e:  # one line; the parent names the folder
+            print(f"overhead raw worker: {e}", file=sys.stderr)
+            return 1
+    if opts.rounds < opts.warmup + 2:
+        p.error(f"--rounds {opts.rounds} leaves no round to measure after {opts.warmup} warm-up round(s) and the last")
     out = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
     sets = [f"train_args.comm_round={opts.rounds}", f"train_args.frequency_of_the_test={opts.rounds}",
-            "common_args.torch_threads=1"]
-    sets += opts.set
-    overrides = parse_overrides(sets)
+            "common_args.torch_threads=1"] + opts.set
     results = {}
     for name in opts.runtimes:
-        run_dir = run_inprocess(opts.cf, out, overrides) if name == "inprocess" else run_mpirun(opts.cf, out, sets)
-        rounds = _rounds(run_dir)
-        raw = raw_times(opts.cf, overrides, [(r, c) for r, c, _ in rounds], out / f"raw-{name}")
-        kept = rounds[opts.warmup:-1]
-        workers = None if name == "inprocess" else 2
-        wall = sum(w for _, _, w in kept)
-        base, inside = baseline(kept, raw, workers), baseline(kept, in_run_compute(run_dir), workers)
-        results[name] = {"rounds_measured": len(kept), "wall_s": round(wall, 3), "raw_s": round(base, 3),
-                         "in_run_train_s": round(inside, 3), "overhead": round(wall / base - 1, 4),
-                         "orchestration": round(wall / inside - 1, 4),
-                         "round_wall_median_s": round(statistics.median(w for _, _, w in kept), 3),
-                         "run_dir": str(run_dir)}
-        print(f"{name}: {len(kept)} rounds, runtime {wall:.2f}s vs raw {base:.2f}s -> overhead "
-              f"{wall / base - 1:+.1%}; vs the training the run itself measured ({inside:.2f}s): "
-              f"{wall / inside - 1:+.1%}", flush=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
+        r = results[name] = measure(name, opts.cf, sets, out, opts.repeats, opts.warmup)
+        each = ", ".join(f"{q['overhead']:+.1%}" for q in r["pairs"])
+        if opts.json:  # after each runtime: a later failure loses nothing measured
+            Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"{name} ({r['workers']} worker(s), {r['repeats']} x {r['pairs'][0]['rounds_measured']} rounds): "
+              f"runtime {r['wall_s']:.2f}s vs raw {r['raw_s']:.2f}s -> overhead {r['overhead']:+.1%} (each: {each}); "
+              f"vs the training the run itself measured ({r['in_run_train_s']:.2f}s): {r['orchestration']:+.1%}",
+              flush=True)
     return 0
 
 

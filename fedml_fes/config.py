@@ -534,6 +534,11 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "<dict>") -> FesConfi
     return cfg
 
 
+def add_set_argument(parser: Any, help: str = "override a config key (repeatable)") -> None:
+    """The `--set SECTION.KEY=VALUE` option every command shares; `parse_overrides` reads it."""
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help=help)
+
+
 def parse_overrides(items: "list[str]") -> dict[str, Any]:
     """CLI `--set section.key=value` items as {'section.key': value}; values parse as YAML
     scalars (3 -> int, 1e-3 -> str, coerced later by the field's type)."""

@@ -53,7 +53,7 @@ from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()
 
-from fedml_fes.config import FesConfig, load_config
+from fedml_fes.config import FesConfig, add_set_argument, load_config
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import build_job, make_run_dir
 from fedml_fes.runtime.methods import get_method
@@ -164,8 +164,7 @@ def parse_cli(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="A FeS run under FedML's cross-silo runtime (FedMLRunner).")
     p.add_argument("--cf", required=True, help="FeS run config YAML")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
+    add_set_argument(p)
     p.add_argument("--rank", type=int, default=None, help="gRPC backend: this process's rank (0 = server)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir after its last checkpointed round (every rank, same flags)")
@@ -252,6 +251,20 @@ def _start_round(cfg: FesConfig, opts: argparse.Namespace, server: bool) -> int:
     return start
 
 
+def _network_run_dir(cfg: Any, opts: Any, rank: int) -> tuple[Path, int]:
+    """GRPC / MQTT_S3: every process is started with the same --run-dir. The server makes it
+    (and builds the MLM head first); a silo only needs it to exist. Every rank reads the
+    round to start from (--resume) from the shared run directory."""
+    from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+    start = _start_round(cfg, opts, server=rank == 0)
+    if rank == 0:
+        ensure_mlm_build(cfg)
+        return make_run_dir(cfg, opts.run_dir), start
+    run_dir = Path(opts.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir, start
+
+
 def _init(argv: list[str]) -> Any:
     from fedml_fes_plugins.cross_silo.config import job_fingerprint, read_ipconfig
     from fedml_fes_plugins.adapters.offline import offline_fedml_init
@@ -281,13 +294,7 @@ def _init(argv: list[str]) -> Any:
         if rank not in peers or worker_num < 1:
             raise FesError(f"--rank {rank}: {cfg.comm.grpc_ipconfig_path} needs rows for the server (rank 0) "
                            f"and at least one silo; it has ranks {sorted(peers)}")
-        start = _start_round(cfg, opts, server=rank == 0)  # every rank reads the shared run directory
-        if rank == 0:
-            ensure_mlm_build(cfg)
-            run_dir = make_run_dir(cfg, opts.run_dir)
-        else:
-            run_dir = Path(opts.run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir, start = _network_run_dir(cfg, opts, rank)
     elif backend == "MQTT_S3":
         from fedml_fes_plugins.cross_silo.config import mqtt_settings, s3_settings
         worker_num = int(cfg.comm.silo_num)
@@ -300,13 +307,7 @@ def _init(argv: list[str]) -> Any:
         rank = opts.rank
         mqtt = mqtt_settings(cfg.comm.customized_training_mqtt_config)
         s3 = s3_settings(cfg.comm.customized_training_s3_config)
-        start = _start_round(cfg, opts, server=rank == 0)  # every rank reads the shared run directory
-        if rank == 0:
-            ensure_mlm_build(cfg)
-            run_dir = make_run_dir(cfg, opts.run_dir)
-        else:
-            run_dir = Path(opts.run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir, start = _network_run_dir(cfg, opts, rank)
     else:
         raise FesError(f"the FedMLRunner plugins run over MPI (mpirun), GRPC or MQTT_S3; comm_args.backend is "
                        f"'{cfg.comm.backend}'")

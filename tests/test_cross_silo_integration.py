@@ -229,6 +229,7 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
     from fedml_fes_plugins.cross_silo.config import load_cross_silo
     from fedml_fes_plugins.cross_silo.node import QueuedCommManager
     from fedml_fes_plugins.cross_silo.transport import fedml_args
+    from fedml_fes_plugins.adapters.wire import tensors_from_wire
 
     cfg, settings = load_cross_silo(cf)
     node = QueuedCommManager(fedml_args(cfg, settings, rank), settings, rank)
@@ -272,7 +273,8 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
                 if tasks:
                     kind = kinds[len(sent) % len(kinds)]
                     sent.append(kind)
-                    reply.add_params(p.PAYLOAD, bad_payload(kind, tasks, msg.get(p.PAYLOAD)))
+                    # the global arrives as arrays (adapters/wire.py); the rogue answers with tensors
+                    reply.add_params(p.PAYLOAD, bad_payload(kind, tasks, tensors_from_wire(msg.get(p.PAYLOAD))))
                 node.send(reply)
 
     node.run_role(logic)

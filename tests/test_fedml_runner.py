@@ -470,7 +470,7 @@ def test_tensors_cross_the_mpi_wire_as_arrays_bit_for_bit():
     arrives is the same values, dtypes and names, and a malformed payload stays malformed."""
     import pickle
     import numpy as np
-    from fedml_fes_plugins.adapters.mpi_transport import tensors_from_wire, tensors_to_wire
+    from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
     sent = OrderedDict(w=torch.randn(4, 3), b=torch.randn(3, dtype=torch.float64), i=torch.arange(5),
                        h=torch.randn(2, dtype=torch.bfloat16), g=torch.randn(2, requires_grad=True))
     wire = tensors_to_wire(sent)

@@ -319,3 +319,12 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
         fid.pending_runs(fid.FidelityOptions(cf=str(cf), out=str(out), datasets=["bbc_news"], seeds=[0],
                                              methods=["fedcls"], overrides={"data_args.client_num_in_total": 8,
                                                                             "train_args.learning_rate": 0.01}))
+
+
+def test_check_a_shows_the_gap_seed_by_seed():
+    def cell(per_seed):
+        return fid.Cell(per_seed=per_seed, mean=sum(per_seed.values()) / len(per_seed), std=0.0, bytes_up=1.0,
+                        pseudo_labels=0.0, hours=1.0)
+    fes, fsl = cell({0: 0.70, 1: 0.80, 2: 0.60}), cell({0: 0.75, 1: 0.80, 2: 0.50})
+    assert fid.paired_difference(fes, fsl) == "per seed -5.0, +0.0, +10.0 points, mean +1.7 ± 7.6"
+    assert fid.paired_difference(cell({3: 0.5}), fsl) == ""

@@ -23,11 +23,9 @@ import pickle
 import queue
 import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-import torch
 
 from fedml_fes_plugins.adapters.offline import import_fedml
 
@@ -146,24 +144,3 @@ def use_blocking_mpi(manager) -> None:
     construction and observer as FedML's `_init_manager`, fedml_comm_manager.py:133-136, 209)."""
     manager.com_manager = BlockingMpiCommManager(manager.comm, manager.rank, manager.size)
     manager.com_manager.add_observer(manager)
-
-
-# Tensors on the wire. A torch tensor pickles through torch's own storage serialization, 2-4x
-# slower than a numpy array (measured on a 90.9 MB FedCLS update, one thread: 0.148 s / 0.116 s
-# to pickle / unpickle as tensors, 0.065 s / 0.026 s as arrays), and only a numpy array's memory
-# goes out of band (above). The MPI managers send numpy views of the tensors and
-# take them back with `torch.from_numpy` (no copy); the values are bit for bit the same.
-def tensors_to_wire(params: Any) -> Any:
-    """numpy views of a named-tensor dict's CPU tensors (others, e.g. bfloat16, as they are)."""
-    if not isinstance(params, dict):
-        return params
-    return OrderedDict((k, v.detach().cpu().numpy() if isinstance(v, torch.Tensor) and v.dtype != torch.bfloat16
-                        else v) for k, v in params.items())
-
-
-def tensors_from_wire(params: Any) -> Any:
-    """The tensors again (sharing the arrays' memory); anything else untouched, for the
-    aggregator's checks to judge."""
-    if not isinstance(params, dict):
-        return params
-    return OrderedDict((k, torch.from_numpy(v) if isinstance(v, np.ndarray) else v) for k, v in params.items())

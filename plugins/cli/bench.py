@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fedml_fes.errors import FesError
 
-from fedml_fes.config import parse_overrides
+from fedml_fes.config import add_set_argument, parse_overrides
 
 from fedml_fes_plugins.bench.config import PRESETS, BenchPlan, load_bench, preset_path, run_config
 
@@ -38,8 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "nothing, write nothing")
     p.add_argument("--no-full-label", action="store_true", help="skip the full-label reference runs")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a run-config key for every run, e.g. --set train_args.comm_round=3")
+    add_set_argument(p, "override a run-config key for every run, e.g. --set train_args.comm_round=3")
     from fedml_fes_plugins.bench.fidelity import add_arguments as add_fidelity_arguments
     add_fidelity_arguments(p, standalone=False)
 

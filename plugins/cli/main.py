@@ -21,13 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedml_fes.config import FesConfig, load_config, parse_overrides
+from fedml_fes.config import FesConfig, add_set_argument, load_config, parse_overrides
 from fedml_fes.errors import FesError
 
 
 def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool = False) -> None:
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
+    add_set_argument(p, "override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
     if resume:
         p.add_argument("--resume", action="store_true",
@@ -50,8 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "The first demo builds the MiniLM's MLM head (cached for later runs).")
     from fedml_fes_plugins.cli.demo import add_arguments as add_demo_arguments
     add_demo_arguments(demo)
-    demo.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                      help="override a shared setting for every method, e.g. --set common_args.random_seed=1")
+    add_set_argument(demo, "override a shared setting for every method, e.g. --set common_args.random_seed=1")
     demo.add_argument("--dry-run", action="store_true",
                       help="check the data, partition and prompts and say what the demo would do; load no "
                            "weights, write nothing")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedml_fes.config import FesConfig
+from fedml_fes.config import FesConfig, add_set_argument
 from fedml_fes.data.federated import FederatedData, federate
 from fedml_fes.data.fednlp_h5 import write_fednlp_data, write_fednlp_partition
 from fedml_fes.data.readers import LabeledTexts
@@ -30,8 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, default=10, help="client rows to print when there are many (default 10)")
     p.add_argument("--fednlp-h5", action="store_true",
                    help="also export <dataset>_data.h5 and <dataset>_partition.h5 in FedNLP's layout")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key, e.g. --set data_args.client_num_in_total=1000 (repeatable)")
+    add_set_argument(p, "override a config key, e.g. --set data_args.client_num_in_total=1000 (repeatable)")
 
 
 def _out_dir(cfg: FesConfig, out: str | None) -> Path:

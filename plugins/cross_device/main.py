@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from fedml_fes.config import add_set_argument
 from fedml_fes.errors import FesError, one_line
 
 
@@ -20,8 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None,
                    help="the run directory (server: default a new one under output_dir; devices: the server's, "
                         "where the FeS clients' stores are)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
+    add_set_argument(p)
 
 
 def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:

@@ -26,6 +26,7 @@ from fedml_fes_plugins.adapters import messages as m
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 from fedml_fes_plugins.adapters.trainer import FesTrainer
+from fedml_fes_plugins.adapters.wire import tensors_from_wire
 
 JOIN_RETRY_S = 1.0
 KEEP_SNAPSHOTS = 2  # a starting server continues after the last round it saw, or the one before
@@ -147,7 +148,7 @@ class SiloClient(QueuedCommManager):
             self.send(reply)
             return
         if tasks:
-            updates, errors = self._play(tasks, msg.get(p.PAYLOAD))
+            updates, errors = self._play(tasks, tensors_from_wire(msg.get(p.PAYLOAD)))
             reply.add_params(p.PAYLOAD, [p.update_to_wire(u) for u in updates])
             if errors:
                 reply.add_params(m.KEY_ERROR, "; ".join(errors))

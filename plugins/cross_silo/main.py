@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from fedml_fes.config import add_set_argument
 from fedml_fes.errors import FesError
 
 TAG = "@fes "
@@ -29,8 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None,
                    help="this process's run directory; a silo keeps its devices' state there, so restart it "
                         "on the same one (default: a new one under output_dir)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
+    add_set_argument(p)
     p.add_argument("--resume", action="store_true",
                    help="server only: continue the run in --run-dir after its last finished round (checkpoint.pt); "
                         "silos need no flag, the server tells them which round to restore their devices to")

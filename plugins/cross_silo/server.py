@@ -33,6 +33,7 @@ from fedml_fes_plugins.cross_silo import protocol as p
 
 from fedml_fes_plugins.adapters import messages as m
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
+from fedml_fes_plugins.adapters.wire import tensors_to_wire
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 
@@ -187,7 +188,7 @@ class SiloServer(QueuedCommManager):
         offline = {rank: ts for rank, ts in by_rank.items() if rank not in self.online}
         for rank, ts in sorted(offline.items()):
             self.log(f"round {r} {phase}: clients {[t.client_id for t in ts]} skipped: silo rank {rank} is offline")
-        params = self.server.global_params()
+        params = tensors_to_wire(self.server.global_params())
         pending: dict[int, dict[int, ClientTask]] = {}
         shared: dict[str, Any] = {}  # MQTT_S3: one S3 upload of the global tensors per phase
         for rank in sorted(self.online):

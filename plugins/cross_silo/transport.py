@@ -112,7 +112,7 @@ class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
             watch = getattr(self.args, "fes_server_watch", None)
             if watch is None or not watch.armed.is_set() or watch.server_alive():
                 raise
-            watch.stop(f"send failed: {getattr(e, 'code', lambda: e)()}")
+            watch.stop(f"send failed: {e.code() if callable(getattr(e, 'code', None)) else e}")
 
 
 def use_startup_tolerant_grpc() -> None:

@@ -36,7 +36,8 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
-from fedml_fes_plugins.adapters.mpi_transport import tensors_from_wire, tensors_to_wire, use_blocking_mpi
+from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
+from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
 from fedml_fes_plugins.adapters.messages import (KEY_CLIENT, KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
                                                  MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
 from fedml_fes_plugins.adapters.trainer import FesTrainer

@@ -6,14 +6,15 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from fedml_fes.config import add_set_argument
+
 
 def rank_parser(module: str, description: str, cf_help: str = "run config YAML") -> argparse.ArgumentParser:
     """--cf, --run-dir, --set and the launcher's hidden --tagged-output; callers add their own."""
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
     p.add_argument("--cf", required=True, help=cf_help)
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a config key (repeatable)")
+    add_set_argument(p)
     p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
     return p
 
