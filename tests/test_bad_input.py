@@ -305,3 +305,24 @@ def test_the_fault_table_in_the_docs_names_every_case_and_only_tests_that_exist(
     named = set(re.findall(r"`(test_\w+)`", doc))
     defined = {m for f in (repo / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
     assert named and named <= defined, sorted(named - defined)
+
+
+def test_a_process_main_ends_in_one_error_line_and_its_exit_status():
+    """The cross-silo and cross-device process mains share `exit_status`: a FesError or an
+    unexpected exception is one `error:` line and status 1, Ctrl-C is 130, and a main that
+    does not name itself lets the unexpected exception through (its caller made it a FesError)."""
+    from fedml_fes.errors import FesError, exit_status
+
+    def fail(e: BaseException) -> Callable[[], int]:
+        def run() -> int:
+            raise e
+        return run
+
+    lines: list[str] = []
+    assert exit_status(lambda: 0, lines.append) == 0 and lines == []
+    assert exit_status(fail(FesError("bad  key\nhere")), lines.append) == 1
+    assert exit_status(fail(KeyboardInterrupt()), lines.append) == 130
+    assert exit_status(fail(ValueError("boom\ntwo")), lines.append, unexpected="device") == 1
+    assert lines == ["error: bad key here", "error: interrupted", "error: device: ValueError: boom two"]
+    with pytest.raises(ValueError):
+        exit_status(fail(ValueError("x")), lines.append)

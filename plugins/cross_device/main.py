@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from fedml_fes.config import add_set_argument
-from fedml_fes.errors import FesError, one_line
+from fedml_fes.errors import FesError, exit_status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,17 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     def echo(line: str) -> None:
         print(line, flush=True)
 
-    try:
-        return run_role(opts, echo)
-    except FesError as e:
-        echo(f"error: {e}")
-    except KeyboardInterrupt:
-        echo("error: interrupted")
-        return 130
-    except Exception as e:
-        logging.exception("cross-device %s failed", opts.role)
-        echo(f"error: {opts.role}: {one_line(e)}")
-    return 1
+    return exit_status(lambda: run_role(opts, echo), echo, unexpected=opts.role)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedml_fes.config import add_set_argument
-from fedml_fes.errors import FesError
+from fedml_fes.errors import FesError, exit_status
 
 TAG = "@fes "
 
@@ -120,14 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     def emit(line: str) -> None:
         print(prefix + line, flush=True)
 
-    try:
-        return run_guarded(opts, emit)
-    except FesError as e:
-        emit(f"error: {e}")
-    except KeyboardInterrupt:
-        emit("error: interrupted")
-        return 130
-    return 1
+    return exit_status(lambda: run_guarded(opts, emit), emit)
 
 
 if __name__ == "__main__":
