@@ -16,7 +16,7 @@ from fedml_fes.pretrain.mlm import (build_steps, length_grouped_batch, length_or
 from fedml_fes.runtime.job import make_run_dir
 from fedml_fes.runtime.tasks import task_seed
 
-from .conftest import save_tiny_bert, small_config
+from .conftest import save_tiny_bert, small_config, write_config
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +251,16 @@ def test_second_build_is_reused_without_loading_the_model(tmp_path, mlm_model_di
     # a different schedule is a different build
     other = config_from_dict(_raw(tmp_path, mlm_model_dir, lr_schedule="cosine"))
     assert mlm_cache_key(other) != mlm_cache_key(cfg)
+
+
+def test_the_mlm_build_runs_from_the_cli_as_its_error_message_says(tmp_path, mlm_model_dir, capsys):
+    """`fedml-fes run --cf <fedbert_mlm config>` (what resolve_mlm_path tells a user to run):
+    the dry run and the run itself, no prompt involved; the build lands in the cache."""
+    from fedml_fes.config import load_config
+    from fedml_fes.pretrain.cache import load_cached_info
+    from fedml_fes_plugins.cli.main import main
+    cf = write_config(tmp_path / "mlm.yaml", _raw(tmp_path, mlm_model_dir))
+    assert main(["run", "--cf", str(cf), "--dry-run"]) == 0
+    assert "method: fedbert_mlm" in capsys.readouterr().out
+    assert main(["run", "--cf", str(cf), "--no-progress"]) == 0
+    assert load_cached_info(load_config(str(cf))) is not None

@@ -48,7 +48,7 @@ def preview_run(cfg: FesConfig) -> list[str]:
         cached = load_cached_info(mlm_cfg) is not None
         lines.append(f"MLM head: from {cfg.model.mlm_from}, " + ("cached" if cached else "built first (a one-time "
                                                                                         "federated MLM run), then cached"))
-    if method.prompt:
+    if getattr(method, "prompt", False):  # FedBERT's MLM build has no prompt
         pattern, verbalizer = pvp_for(cfg)
         lines.append(f"prompt: {pattern!r}, verbalizer " + ", ".join(f"{c} -> {verbalizer.get(c, '?')}"
                                                                       for c in data.classes[:8])
