@@ -67,8 +67,9 @@ def mpirun_split(clients: list[int], workers: int = 2) -> list[list[int]]:
 
 
 def cross_silo_split(clients: list[int], silos: int = 2) -> list[list[int]]:
-    """The cross-silo runtime's: device c lives on silo 1 + c % silos (CrossSiloSettings.owner_rank)."""
-    return [[c for c in clients if c % silos == s] for s in range(silos)]
+    """The cross-silo runtime's: each device on its owner silo (ranks 1..silos)."""
+    from fedml_fes_plugins.cross_silo.config import owner_rank
+    return [[c for c in clients if owner_rank(c, silos) == rank] for rank in range(1, silos + 1)]
 
 
 def split_for(runtime: str) -> Split:
@@ -130,8 +131,10 @@ def raw_worker(spec_path: str) -> int:
     configure_torch(cfg)
     job = build_job(cfg, "server", make_run_dir(cfg, spec["scratch"]))
     Path(spec["ready"]).touch()
-    go = Path(spec["go"])
-    while not go.exists():
+    go, deadline = Path(spec["go"]), time.monotonic() + READY_TIMEOUT_S
+    while not go.exists():  # the parent says go once every worker is ready; it may have died
+        if time.monotonic() > deadline:
+            raise FesError(f"no start signal within {READY_TIMEOUT_S:g}s")
         time.sleep(0.01)
     times = []
     for rnd, cid in spec["tasks"]:

@@ -32,12 +32,12 @@ def test_the_mpirun_split_is_the_runtimes_own_round_robin(bench):
 
 def test_the_cross_silo_split_puts_a_device_on_its_owner_silo(bench):
     from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
-    owner = CrossSiloSettings.owner_rank
-    settings = type("S", (), {"silo_num": 2})()
+    settings = CrossSiloSettings.__new__(CrossSiloSettings)
+    settings.silo_num = 2
     clients = [17, 3, 9, 12, 4]
     shares = bench.cross_silo_split(clients)
     assert shares == [[12, 4], [17, 3, 9]]
-    assert all(owner(settings, c) == 1 + s for s, share in enumerate(shares) for c in share)
+    assert all(settings.owner_rank(c) == 1 + s for s, share in enumerate(shares) for c in share)
 
 
 def test_the_baseline_is_each_rounds_busiest_worker(bench):

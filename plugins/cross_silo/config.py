@@ -34,6 +34,11 @@ IPCONFIG_COLUMNS = ("eid", "rank", "grpc_server_ip", "grpc_server_port")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def owner_rank(client_id: int, silo_num: int) -> int:
+    """Device c lives on silo 1 + c % K: its state (pseudo labels) stays on that silo's disk."""
+    return 1 + int(client_id) % silo_num
+
+
 @dataclass(frozen=True)
 class GrpcPeer:
     """One row of FedML's gRPC ipconfig: where rank `rank` listens."""
@@ -85,7 +90,7 @@ class CrossSiloSettings:
 
     def owner_rank(self, client_id: int) -> int:
         """The silo that plays (and stores the state of) emulated device `client_id`."""
-        return 1 + int(client_id) % self.silo_num
+        return owner_rank(client_id, self.silo_num)
 
     def check_rank(self, role: str, rank: int) -> None:
         if role not in ("server", "client"):
