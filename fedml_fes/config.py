@@ -287,6 +287,10 @@ class PacingConfig:
     # gold-labeled examples (never test data) the server scores for AUG-E; in a deployment
     # the gold clients would report this accuracy
     val_examples: int = 200
+    # share of the gold labels held out of training as that validation set, where a server decides
+    # on it (adaptive pacing, AutoFedNLP's progressive configurator). 0: it scores on the training
+    # labels, which a few rounds fit (accuracy 1.0): every trial then gains 0 and the cheapest wins
+    val_holdout: float = 0.25
 
 
 @dataclass
@@ -878,6 +882,7 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
     for key in ("infer_latency_s", "train_latency_s", "eta"):
         _check(getattr(pa, key) > 0, f"pacing_args.{key} must be > 0, got {getattr(pa, key)}")
     _check(pa.theta >= 0, f"pacing_args.theta must be >= 0, got {pa.theta}")
+    _check(0.0 <= pa.val_holdout < 1.0, f"pacing_args.val_holdout must be in [0, 1), got {pa.val_holdout}")
     _check(pa.val_examples >= 0, f"pacing_args.val_examples must be >= 0 (0: all gold labels), got {pa.val_examples}")
     if pa.grid is not None and not isinstance(pa.grid, list):
         raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")

@@ -417,11 +417,74 @@ def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
         params = server.global_params()
         server.finish_labeling(r, _play(trainer, job, params, server.plan_labeling(r)))
         row = server.finish_round(r, _play(trainer, job, params, server.plan(r)))
-    gold = {t for c in job.data.clients for t in c.gold_texts}
+    trained = {t for c in job.data.clients for t in c.gold_texts}
+    held_out = set(job.data.validation.texts)
     on_test = [d for d in scored if d is job.data.test]
     assert len(on_test) == 2  # the zero-shot score and the last round's, nothing else
-    assert all(set(d.texts) <= gold for d in scored if d is not job.data.test)
+    others = [d for d in scored if d is not job.data.test]
+    assert others and all(set(d.texts) == held_out for d in others)  # gold labels, none trained on
+    assert not held_out & trained
     assert "val_acc" in row and row["val_acc"] == row["val_acc"]
+
+
+def _data(labels_per_client):
+    from fedml_fes.data.federated import ClientData, FederatedData, UnlabeledPool
+    from fedml_fes.data.readers import LabeledTexts
+    clients, n = [], 0
+    for cid, labels in enumerate(labels_per_client):
+        texts = tuple(f"text {n + j}" for j in range(len(labels)))
+        clients.append(ClientData(cid, texts, tuple(labels), UnlabeledPool((f"pool {cid}",), (1000 + cid,)),
+                                  gold_example_ids=tuple(range(n, n + len(labels)))))
+        n += len(labels)
+    test = LabeledTexts(("t",), np.zeros(1, dtype=np.int64), ("a", "b"))
+    return FederatedData("toy", ("a", "b"), tuple(clients), test)
+
+
+def test_validation_hold_out_takes_a_seeded_stratified_share_of_the_gold_labels():
+    from fedml_fes.data.federated import hold_out_validation
+    data = _data([[0] * 12 + [1] * 4, [], [1] * 8])  # 24 gold labels: 12 of class a, 12 of class b
+    out = hold_out_validation(data, 0.25, seed=3)
+    val = out.validation
+    assert len(val) == 6 and sorted(val.labels.tolist()) == [0, 0, 0, 1, 1, 1]  # per class
+    trained = [t for c in out.clients for t in c.gold_texts]
+    assert len(trained) == 18 and not set(trained) & set(val.texts)
+    assert set(trained) | set(val.texts) == {t for c in data.clients for t in c.gold_texts}
+    for before, after in zip(data.clients, out.clients):  # labels and ids stay with their texts
+        pairs = dict(zip(before.gold_texts, zip(before.gold_labels, before.gold_example_ids)))
+        assert all(pairs[t] == (y, i) for t, y, i in zip(after.gold_texts, after.gold_labels, after.gold_example_ids))
+        assert after.unlabeled == before.unlabeled
+    assert hold_out_validation(data, 0.25, seed=3).validation.texts == val.texts  # the same in every process
+    assert hold_out_validation(data, 0.0, seed=3) is data
+
+
+def test_validation_hold_out_leaves_at_least_one_gold_label_to_train_on():
+    from fedml_fes.data.federated import hold_out_validation
+    out = hold_out_validation(_data([[0, 1]]), 0.9, seed=0)
+    assert len(out.validation) == 1 and out.clients[0].num_gold == 1
+    one = hold_out_validation(_data([[1]]), 0.5, seed=0)
+    assert one.validation is None and one.clients[0].num_gold == 1 and "too few" in one.notes[-1]
+
+
+def test_only_a_method_that_decides_on_validation_holds_gold_labels_out(tmp_path, tiny_model_dir):
+    """AUG-E scored on the labels FeS trains on saw validation accuracy 1.0 after a few rounds:
+    every trial gained 0 and the cheapest configuration always won (fidelity runs, 2026-11-24).
+    FeS now holds pacing_args.val_holdout of them out; FedFSL, which decides nothing, trains on all."""
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.server import gold_validation_set
+    sections = dict(data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+                    tuning_args={"full_layers": 0, "bias_layers": 1})
+    jobs = {m: build_job(config_from_dict(small_config(tmp_path / m, tiny_model_dir, train_args={"method": m},
+                                                       **sections)), "both", tmp_path / m)
+            for m in ("fes", "fedfsl")}
+    fes, fedfsl = jobs["fes"].data, jobs["fedfsl"].data
+    assert fedfsl.validation is None and sum(c.num_gold for c in fedfsl.clients) == 16
+    assert len(fes.validation) == 4 and sum(c.num_gold for c in fes.clients) == 12
+    all_gold = {t for c in fedfsl.clients for t in c.gold_texts}
+    assert set(fes.validation.texts) | {t for c in fes.clients for t in c.gold_texts} == all_gold
+    assert gold_validation_set(fes, 200, 0).texts == fes.validation.texts
+    static = config_from_dict(small_config(tmp_path / "static", tiny_model_dir, train_args={"method": "fes"},
+                                           pacing_args={"mode": "static"}, **sections))
+    assert build_job(static, "both", tmp_path / "static").data.validation is None  # nothing decides on it
 
 
 @pytest.mark.parametrize("train_it", [True, False])
@@ -481,6 +544,9 @@ def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
     assert is_inert("tuning_args.bias_epochs", inert_keys("fedfsl", "full"))
     assert not is_inert("pacing_args.train_sampling", inert_keys("fes", "full"))
     assert not is_inert("pacing_args.val_examples", inert_keys("fedfsl", "full"))
+    assert is_inert("pacing_args.val_holdout", inert_keys("fedfsl", "full"))
+    assert not is_inert("pacing_args.val_holdout", inert_keys("fes", "full"))
+    assert not is_inert("pacing_args.val_holdout", inert_keys("adapter", "full"))
     assert not is_inert("tuning_args.bias_epochs", inert_keys("fes", "full"))
 
 

@@ -8,7 +8,7 @@ are None for single-text tasks, so code written for single texts is unaffected.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from ..config import FesConfig
 from .fednlp_h5 import partition_name
 from .imported import imported_partition
 from .partition import assign_gold_labels, partition_clients, split_evenly
-from .readers import LabeledTexts
+from .readers import LabeledTexts, stratified_split
 from .sources import Splits, load_source
 
 
@@ -82,6 +82,8 @@ class FederatedData:
     # Per client, positions in `test` of its local test set (FedNLP-style per-client scores)
     client_test: tuple[tuple[int, ...], ...] = ()
     notes: tuple[str, ...] = ()  # how the partition came about, when not obvious
+    # gold labels held out of training (`hold_out_validation`): what a configurator scores on
+    validation: LabeledTexts | None = None
 
     @property
     def num_clients(self) -> int:
@@ -93,6 +95,8 @@ class FederatedData:
 
 # Per-client test sets draw from their own stream, so adding them changed no partition.
 _CLIENT_TEST_STREAM = 0x7E57
+# The validation hold-out draws from its own stream too: the partition and gold labels stay as they were.
+_VALIDATION_STREAM = 0x7A11
 
 
 def load_splits(cfg: FesConfig) -> tuple[LabeledTexts, LabeledTexts]:
@@ -148,3 +152,36 @@ def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
     """Read the configured dataset, partition it and mark the gold examples, from the seed."""
     return federate(cfg, load_source(cfg))
 
+
+
+def hold_out_validation(data: FederatedData, fraction: float, seed: int) -> FederatedData:
+    """Take `fraction` of the gold labels (per class, seeded) out of their clients' training
+    data into `data.validation`, for a server that decides on validation accuracy (AUG-E's
+    delta_acc, AutoFedNLP's trials). Scored on the labels it trains on, such a server sees
+    nothing: a few rounds fit them (accuracy 1.0), every configuration gains 0 and the
+    cheapest one wins. In a deployment each gold client keeps these labels aside and reports
+    the global model's accuracy on them. At least one gold label stays for training; with
+    too few to split, nothing is held out and the server scores on the training labels."""
+    clients = [c for c in data.clients if c.num_gold]
+    if fraction <= 0 or not clients:
+        return data
+    owner = [(c.client_id, j) for c in clients for j in range(c.num_gold)]
+    pair = any(c.gold_texts_b is not None for c in clients)
+    gold = LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
+                        np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), data.classes,
+                        tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
+    _, picked = stratified_split(gold, fraction, [seed, _VALIDATION_STREAM])
+    picked = picked[: len(gold) - 1]
+    if not len(picked):
+        return replace(data, notes=data.notes + (f"{len(gold)} gold label(s): too few to hold {fraction:.0%} out "
+                                                 f"for validation; the server scores on the training labels",))
+    held = {owner[i] for i in picked}
+    kept = []
+    for c in data.clients:
+        keep = [j for j in range(c.num_gold) if (c.client_id, j) not in held]
+        kept.append(c if len(keep) == c.num_gold else replace(
+            c, gold_texts=tuple(c.gold_texts[j] for j in keep), gold_labels=tuple(c.gold_labels[j] for j in keep),
+            gold_texts_b=None if c.gold_texts_b is None else tuple(c.gold_texts_b[j] for j in keep),
+            gold_example_ids=tuple(c.gold_example_ids[j] for j in keep) if c.gold_example_ids else ()))
+    note = f"{len(picked)} of {len(gold)} gold labels held out of training as the validation set"
+    return replace(data, clients=tuple(kept), validation=gold.subset(picked), notes=data.notes + (note,))

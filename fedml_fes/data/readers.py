@@ -162,8 +162,9 @@ def read_bbc_news() -> LabeledTexts:
     return LabeledTexts(tuple(texts), np.asarray(labels, dtype=np.int64), classes)
 
 
-def stratified_split(data: LabeledTexts, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded per-class split: returns (rest, chosen) index arrays, chosen ~ fraction per class."""
+def stratified_split(data: LabeledTexts, fraction: float, seed: int | list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded per-class split: returns (rest, chosen) index arrays, chosen ~ fraction per class
+    (`seed`: anything numpy's default_rng takes, e.g. [seed, stream])."""
     rng = np.random.default_rng(seed)
     chosen: list[np.ndarray] = []
     for c in range(len(data.classes)):

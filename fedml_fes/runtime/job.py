@@ -17,11 +17,11 @@ import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..config import FesConfig, resolve_paths
-from ..data.federated import FederatedData, LabelOracle, build_federated_data
+from ..data.federated import FederatedData, LabelOracle, build_federated_data, hold_out_validation
 from ..models import load_tokenizer
 from ..errors import FesError
 from ..pseudo.store import ClientStore
-from .methods import Method, get_method
+from .methods import Method, decides_on_validation, get_method
 from .rundir import lock_run_dir
 
 
@@ -52,13 +52,23 @@ def configure_torch(cfg: FesConfig) -> None:
 def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
     """role: 'server' keeps the label oracle; 'client' drops it; 'both' (in-process) keeps it."""
     configure_torch(cfg)
-    data, oracle = build_federated_data(cfg)
+    data, oracle = federated_data_for(cfg)
     method = get_method(cfg.train.method)
     tokenizer = load_tokenizer(cfg.model.model)
     device = select_device(cfg)
     model = method.build_model(cfg, data.classes, tokenizer).to(device)
     return Job(cfg, data, method, tokenizer, model, device, oracle if role != "client" else None,
                ClientStore(Path(run_dir) / "clients"))
+
+
+def federated_data_for(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
+    """The partition this run trains on: for a method that decides on validation accuracy,
+    pacing_args.val_holdout of the gold labels moved out of training into `data.validation`
+    (the same in every process: seeded)."""
+    data, oracle = build_federated_data(cfg)
+    if decides_on_validation(get_method(cfg.train.method), cfg):
+        data = hold_out_validation(data, cfg.pacing.val_holdout, cfg.common.random_seed)
+    return data, oracle
 
 
 def check_before_run(cfg: FesConfig) -> None:

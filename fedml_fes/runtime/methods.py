@@ -423,6 +423,15 @@ def get_method(name: str) -> Method:
         raise FesError(f"unknown method '{name}' (known: {', '.join(PRESETS)})") from None
 
 
+def decides_on_validation(method: Method, cfg: FesConfig) -> bool:
+    """Whether the server picks configurations by validation accuracy: FeS's adaptive pacing
+    (AUG-E) and AutoFedNLP's progressive configurator. Those runs hold
+    pacing_args.val_holdout of the gold labels out of training (`hold_out_validation`)."""
+    adaptive = getattr(method, "uses_pseudo", False) and getattr(method, "pacing_mode", lambda _c: "")(cfg) == "adaptive"
+    progressive = isinstance(method, AdapterTuning) and cfg.adapter.configurator == "progressive"
+    return adaptive or progressive
+
+
 def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     """Config sections ("tuning_args") and single keys ("pacing_args.train_sampling") a method
     never reads, so a change there cannot change its run (the benchmarks' resume check and
@@ -440,6 +449,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
         inert |= {f"tuning_args.{k}" for k in ("full_layers", "bias_layers", "bias_learning_rate", "bias_epochs")}
     if made is not None and getattr(made, "pacing", "count") == "count":
         inert.add("pacing_args.train_sampling")
+        if not isinstance(made, AdapterTuning):  # its progressive configurator holds validation out too
+            inert.add("pacing_args.val_holdout")
     if made is not None and not made.uses_pseudo:
         inert |= {"pseudo_args", "filter_args"}
     return frozenset(inert)

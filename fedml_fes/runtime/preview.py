@@ -11,19 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import FesConfig
-from ..data.federated import build_federated_data
 from ..models import load_tokenizer
 from ..pretrain.cache import load_cached_info
 from ..pretrain.source import mlm_build_config
 from ..tuning.params import payload_bytes
-from .job import check_before_run
+from .job import check_before_run, federated_data_for
 from .methods import get_method, pvp_for
 
 
 def preview_run(cfg: FesConfig) -> list[str]:
     """The checks a run would fail on, run now; lines that say what the run would do."""
     check_before_run(cfg)
-    data, _ = build_federated_data(cfg)
+    data, _ = federated_data_for(cfg)
     method = get_method(cfg.train.method)
     tokenizer = load_tokenizer(cfg.model.model)
     model = method.build_model(cfg, data.classes, tokenizer, weights=False)  # checks the PVP too
@@ -39,7 +38,8 @@ def preview_run(cfg: FesConfig) -> list[str]:
         f"partition: {data.num_clients} clients ({d.partition_method}, alpha {d.partition_alpha}); unlabeled pool "
         f"per client min {pools.min()} / median {int(np.median(pools))} / max {pools.max()}",
         f"gold labels: {sum(gold.values())} on {len(gold)} client(s): "
-        + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
+        + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items()))
+        + (f"; {len(data.validation)} more held out as validation" if data.validation is not None else ""),
         f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {late.epochs} local epoch(s), "
         f"batch {t.batch_size}, lr {late.learning_rate:g}",
     ]

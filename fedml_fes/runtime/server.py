@@ -52,9 +52,12 @@ def _sent_bytes(params: Any) -> int:
 
 
 def gold_validation_set(data: FederatedData, limit: int, seed: int) -> LabeledTexts | None:
-    """The gold-labeled clients' labels as validation data: what AUG-E and the co-planning
-    planner score on (never the test split). In a deployment the gold clients would
-    evaluate the global model on their own labels and report the accuracy."""
+    """Validation data from the gold-labeled clients, never the test split: the gold labels
+    held out of training where the method decides on them (`data.validation`: AUG-E pacing,
+    AutoFedNLP's configurator), else the training gold labels (logged as val_acc only). In a
+    deployment the gold clients would evaluate the global model on them and report the accuracy."""
+    if data.validation is not None:
+        return stratified_subsample(data.validation, limit, seed)
     clients = [c for c in data.clients if c.num_gold]
     if not clients:
         return None
