@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -30,7 +29,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import FesError
-from .readers import LabeledTexts
+from .readers import LabeledTexts, jsonl_objects
 
 Position = int | str  # a row number, or "row (line L)" where quoted newlines make them differ
 Record = tuple[Position, dict[str, Any]]  # (where the user finds the row, column -> value)
@@ -287,19 +286,6 @@ def _csv_records(f: Iterable[str], where: str, delimiter: str, header: bool = Tr
         yield _position(row_no, line), dict(zip(names, row))
 
 
-def _jsonl_records(f, where: str) -> Iterator[Record]:
-    for row_no, line in enumerate(f, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FesError(f"{where} line {row_no}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise FesError(f"{where} line {row_no}: expected a JSON object, got {type(obj).__name__}")
-        yield row_no, obj
-
-
 def _delimiter(mapping: ColumnMapping, suffix: str) -> str:
     return mapping.delimiter or ("\t" if suffix == ".tsv" else ",")
 
@@ -320,7 +306,7 @@ def read_rows(path: str | Path, mapping: ColumnMapping, key: str) -> RawRows:
                        f"whose objects name their columns")
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            records = (_jsonl_records(f, str(p)) if jsonl
+            records = (jsonl_objects(f, str(p)) if jsonl
                        else _csv_records(f, str(p), _delimiter(mapping, suffix), mapping.header))
             return collect(records, mapping, str(p))
     except UnicodeDecodeError as e:

@@ -12,7 +12,6 @@ Pairs whose gold label is "-" (no annotator majority) are left out, as everyone 
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from ..errors import FesError
 from .archive import open_text
-from .readers import LabeledTexts
+from .readers import LabeledTexts, jsonl_objects
 
 NLI_CLASSES = ("contradiction", "entailment", "neutral")
 NO_GOLD = "-"
@@ -70,15 +69,7 @@ def _tsv_rows(f: IO[str], where: str) -> Iterator[tuple[int, str, str, str]]:
 
 
 def _jsonl_rows(f: IO[str], where: str) -> Iterator[tuple[int, str, str, str]]:
-    for row_no, line in enumerate(f, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FesError(f"{where} line {row_no}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise FesError(f"{where} line {row_no}: expected a JSON object")
+    for row_no, obj in jsonl_objects(f, where):
         missing = [k for k in ("sentence1", "sentence2", "gold_label") if not isinstance(obj.get(k), str)]
         if missing:
             raise FesError(f"{where} line {row_no}: missing or non-text key(s) {', '.join(missing)}")

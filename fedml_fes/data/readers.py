@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import importlib.resources
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, Iterator
 
 import numpy as np
 
@@ -182,3 +184,18 @@ def stratified_subsample(data: LabeledTexts, limit: int, seed: int) -> LabeledTe
         return data
     _, picked = stratified_split(data, limit / len(data), seed)
     return data.subset(picked)
+
+
+def jsonl_objects(f: IO[str], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON-lines file; a line that is not a
+    JSON object stops the read with one line naming it."""
+    for row_no, line in enumerate(f, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FesError(f"{where} line {row_no}: not valid JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise FesError(f"{where} line {row_no}: expected a JSON object, got {type(obj).__name__}")
+        yield row_no, obj

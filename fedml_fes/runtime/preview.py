@@ -29,17 +29,18 @@ def preview_run(cfg: FesConfig) -> list[str]:
     trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
     pools = np.array([len(c.unlabeled.texts) for c in data.clients])
     gold = {c.client_id: c.num_gold for c in data.clients if c.num_gold}
+    held = len(data.validation) if data.validation is not None else 0  # gold labels kept for validation
     d, t = cfg.data, cfg.train
     late = cfg.for_round(t.comm_round, False, getattr(method, "bias_only", False)).train  # after any warm-up
     lines = [
         f"dry run of {cfg.source}: checked, nothing loaded, no run directory created",
-        f"data: {d.dataset}, {int(pools.sum()) + sum(gold.values())} training texts, {len(data.test.texts)} test, "
+        f"data: {d.dataset}, {int(pools.sum()) + sum(gold.values()) + held} training texts, {len(data.test.texts)} test, "
         f"{len(data.classes)} classes ({', '.join(data.classes)})",
         f"partition: {data.num_clients} clients ({d.partition_method}, alpha {d.partition_alpha}); unlabeled pool "
         f"per client min {pools.min()} / median {int(np.median(pools))} / max {pools.max()}",
-        f"gold labels: {sum(gold.values())} on {len(gold)} client(s): "
-        + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items()))
-        + (f"; {len(data.validation)} more held out as validation" if data.validation is not None else ""),
+        f"gold labels: {sum(gold.values()) + held} on {len(gold)} client(s)"
+        + (f", {held} of them held out of training as validation" if held else "") + ": "
+        + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
         f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {late.epochs} local epoch(s), "
         f"batch {t.batch_size}, lr {late.learning_rate:g}",
     ]

@@ -49,7 +49,8 @@ SHARED: dict[str, dict[str, Any]] = {
     "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01,
                     "bias_epochs": 5},
     "filter_args": {"method": "vote_k", "rho": 10.0},
-    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0, "train_sampling": "labels"},
+    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0, "train_sampling": "labels",
+                    "val_holdout": 0.25},
     "cost_args": {"devices": [DEVICE], "bandwidth_MBps": 1.0},
 }
 
