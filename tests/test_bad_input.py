@@ -163,6 +163,7 @@ CASES = [
     ("pacing k 150", keys(pacing_args={"k": 150}), "k in (0, 100], got f 1, n 5, k 150.0"),
     ("pacing eta 0", keys(pacing_args={"eta": 0}), "pacing_args.eta must be > 0"),
     ("pacing val_examples negative", keys(pacing_args={"val_examples": -1}), "pacing_args.val_examples must be >= 0"),
+    ("pacing val_holdout 1", keys(pacing_args={"val_holdout": 1}), "pacing_args.val_holdout must be in [0, 1), got 1"),
     ("round_timeout_s 0", keys(comm_args={"round_timeout_s": 0}), "comm_args.round_timeout_s must be > 0"),
     ("worker_timeout_s .inf", keys(comm_args={"worker_timeout_s": float("inf")}),
      "'comm_args.worker_timeout_s' must be a finite number"),
