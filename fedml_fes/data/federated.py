@@ -92,6 +92,16 @@ class FederatedData:
     def gold_clients(self) -> list[int]:
         return [c.client_id for c in self.clients if c.num_gold > 0]
 
+    def pooled_gold(self) -> LabeledTexts | None:
+        """Every client's gold labels as one set, client by client in order (None: no gold label)."""
+        clients = [c for c in self.clients if c.num_gold]
+        if not clients:
+            return None
+        pair = any(c.gold_texts_b is not None for c in clients)
+        return LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
+                            np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), self.classes,
+                            tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
+
 
 # Per-client test sets draw from their own stream, so adding them changed no partition.
 _CLIENT_TEST_STREAM = 0x7E57
@@ -153,7 +163,6 @@ def build_federated_data(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
     return federate(cfg, load_source(cfg))
 
 
-
 def hold_out_validation(data: FederatedData, fraction: float, seed: int) -> FederatedData:
     """Take `fraction` of the gold labels (per class, seeded) out of their clients' training
     data into `data.validation`, for a server that decides on validation accuracy (AUG-E's
@@ -162,14 +171,10 @@ def hold_out_validation(data: FederatedData, fraction: float, seed: int) -> Fede
     cheapest one wins. In a deployment each gold client keeps these labels aside and reports
     the global model's accuracy on them. At least one gold label stays for training; with
     too few to split, nothing is held out and the server scores on the training labels."""
-    clients = [c for c in data.clients if c.num_gold]
-    if fraction <= 0 or not clients:
+    gold = data.pooled_gold()
+    if fraction <= 0 or gold is None:
         return data
-    owner = [(c.client_id, j) for c in clients for j in range(c.num_gold)]
-    pair = any(c.gold_texts_b is not None for c in clients)
-    gold = LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
-                        np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), data.classes,
-                        tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
+    owner = [(c.client_id, j) for c in data.clients for j in range(c.num_gold)]  # pooled_gold's order
     _, picked = stratified_split(gold, fraction, [seed, _VALIDATION_STREAM])
     picked = picked[: len(gold) - 1]
     if not len(picked):

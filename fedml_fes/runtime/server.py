@@ -58,14 +58,8 @@ def gold_validation_set(data: FederatedData, limit: int, seed: int) -> LabeledTe
     deployment the gold clients would evaluate the global model on them and report the accuracy."""
     if data.validation is not None:
         return stratified_subsample(data.validation, limit, seed)
-    clients = [c for c in data.clients if c.num_gold]
-    if not clients:
-        return None
-    pair = any(c.gold_texts_b is not None for c in clients)
-    val = LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
-                       np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), data.classes,
-                       tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
-    return stratified_subsample(val, limit, seed)
+    gold = data.pooled_gold()
+    return stratified_subsample(gold, limit, seed) if gold is not None else None
 
 
 class AggregatorLike(Protocol):
