@@ -27,8 +27,8 @@ OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
 METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf",
            "fes_no_dc", "fedbert_mlm", "adapter", "lora")
 ADAPTER_METHODS = ("adapter", "lora")  # read adapter_args
-DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "custom", "hf",
-            "fednlp_h5")
+DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "movie_sentiment",
+            "custom", "hf", "fednlp_h5")
 # the names users also type (HF's dataset ids, the paper's short names) for the built-in readers
 DATASET_ALIASES = {"ag_news": "agnews", "yelp_full": "yelp_review_full", "yahoo": "yahoo_answers"}
 PARTITIONS = ("uniform", "niid_label", "niid_quantity", "fednlp_h5")

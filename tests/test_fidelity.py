@@ -104,6 +104,27 @@ def test_markdown_has_tables_checks_command_and_date(tmp_path):
     assert "One shared config across all runs: yes" in text and "Completed runs: 45" in text
 
 
+def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path):
+    """movie_sentiment tuned nothing: not in the default matrix, planned with its own data keys
+    when named, and its report counts its own matrix and names it held out."""
+    assert "movie_sentiment" not in fid.FidelityOptions().datasets
+    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"),
+                            datasets=["movie_sentiment"], methods=["fes"], seeds=[0])
+    fid.check_options(o)
+    from fedml_fes_plugins.bench.config import run_config
+    plan = fid.plans(o)["movie_sentiment"]
+    cfg = run_config(plan, "fes", 0)
+    assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern_id) == ("movie_sentiment", 100, 0)
+    from fedml_fes.prompt.pvp import get_pvp
+    assert get_pvp("movie_sentiment").pattern(0) == "It was {mask}. {text_a}"
+    text = fid.render(_rows(GOOD, datasets=("movie_sentiment",)), "x", "2026-11-30 10:00", tmp_path, {})
+    assert "Completed runs: 15 (the full matrix is 15: 1 datasets" in text
+    assert "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): movie_sentiment" in text
+    assert "## Movie sentiment (`movie_sentiment`)" in text
+    both = fid.render(_rows(GOOD, datasets=("bbc_news", "movie_sentiment")), "x", "2026-11-30 10:00", tmp_path, {})
+    assert "the full matrix is 60: 4 datasets" in both
+
+
 def test_shared_config_check_names_a_per_dataset_difference():
     rows = _rows(GOOD)
     assert fid.shared_config_check(rows) == []

@@ -1,7 +1,7 @@
 """Which reader serves `data_args.dataset`, and how its train/test splits are formed.
 
 Datasets with an official test split use it (AG News, Yelp, Yahoo, MNLI dev_matched, SNLI,
-FedNLP h5, a user's test_file, an HF test split). The others (BBC News, TREC, a user's
+FedNLP h5, a user's test_file, an HF test split). The others (BBC News, TREC, movie sentiment, a user's
 single file) get a seeded stratified `test_fraction` split with seed 0: the split is a
 property of the dataset, not of the run, so every seed is scored on the same test set.
 """
@@ -54,6 +54,11 @@ def _trec(cfg: FesConfig) -> Splits:
     return _split_once(read_trec(), cfg.data.test_fraction)
 
 
+def _movie_sentiment(cfg: FesConfig) -> Splits:
+    from .packaged import read_movie_sentiment
+    return _split_once(read_movie_sentiment(), cfg.data.test_fraction)
+
+
 def _mnli(cfg: FesConfig) -> Splits:
     from .nli import read_mnli
     d = _needs_dir(cfg, "MNLI (GLUE MNLI/: train.tsv, dev_matched.tsv)")
@@ -94,6 +99,7 @@ SOURCES: dict[str, Callable[[FesConfig], Splits]] = {
     "mnli": _mnli,
     "snli": _snli,
     "trec": _trec,
+    "movie_sentiment": _movie_sentiment,
     "custom": _custom,
     "hf": _hf,
     "fednlp_h5": _fednlp,

@@ -3,7 +3,7 @@
 A pattern is a string with `{text_a}`, optionally `{text_b}`, and exactly one `{mask}`;
 a verbalizer maps each class to one word. The registry holds the patterns used in the
 literature (PET, Schick & Schütze 2021) for AG News, Yahoo, Yelp-F and MNLI, plus ours for
-BBC News, TREC-6 and SNLI; users add their own in YAML (`prompt_args`).
+BBC News, TREC-6, SNLI and movie-review sentiment; users add their own in YAML (`prompt_args`).
 
 Multi-piece words: a verbalizer word is scored by its FIRST sub-token (e.g. RoBERTa's
 " Entertainment" may split; its first piece stands for it). Two classes whose words share a
@@ -65,6 +65,10 @@ REGISTRY: dict[str, PVP] = {
                  "{text_a} ( {mask} )"),
                 ({"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", "HUM": "Person",
                   "LOC": "Location", "NUM": "Number"},)),
+    # PET's Yelp patterns with a movie in place of the restaurant, and its polarity words
+    "movie_sentiment": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.", "Just {mask}! {text_a}",
+                            "{text_a} In summary, the movie is {mask}."),
+                           ({"negative": "bad", "positive": "good"},)),
 }
 
 

@@ -77,6 +77,12 @@ DATASETS = {
     "bbc_news": DatasetSpec("bbc_news", "BBC News", 20, 1),  # the same news pattern
     "trec": DatasetSpec("trec", "TREC-6", 100, 0),  # "{mask} question: {text_a}"
 }
+# Held-out datasets: never used to tune anything, run only when named (--datasets); a check of
+# whether the shared config holds beyond the three datasets it was tuned on (seeds >= 10).
+HELD_OUT = {
+    "movie_sentiment": DatasetSpec("movie_sentiment", "Movie sentiment", 100, 0),  # "It was {mask}. {text_a}"
+}
+KNOWN = {**DATASETS, **HELD_OUT}
 # the keys a dataset may change in the shared config (and the per-run keys): the protocol check
 VARYING_KEYS = {"data_args.dataset", "data_args.data_dir", "data_args.client_num_in_total",
                 "prompt_args.pattern_id", "train_args.method", "common_args.random_seed", *PATH_KEYS}
@@ -124,7 +130,8 @@ def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
                        help="rebuild the CSV and report from every completed run folder in --out; train nothing")
         add_set_argument(p, "override a run-config key for every run, e.g. --set train_args.comm_round=1")
     p.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
-                   help=f"fidelity suite: only these datasets (default: {' '.join(DATASETS)})")
+                   help=f"fidelity suite: only these datasets (default: {' '.join(DATASETS)}; held out of all "
+                        f"tuning, run only when named: {' '.join(HELD_OUT)})")
     p.add_argument("--agnews-dir", default=None, metavar="DIR",
                    help="fidelity suite: the AG News folder in its official layout (train.csv, test.csv, "
                         "classes.txt); needed when agnews is among the datasets")
@@ -184,9 +191,9 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
 # ---- plans and pending runs -----------------------------------------------------------------
 
 def check_options(o: FidelityOptions) -> None:
-    unknown = [d for d in o.datasets if d not in DATASETS]
+    unknown = [d for d in o.datasets if d not in KNOWN]
     if unknown:
-        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(DATASETS)})")
+        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(KNOWN)})")
     if o.jobs < 1:
         raise FesError(f"--jobs must be >= 1, got {o.jobs}")
     if "agnews" in o.datasets and not o.report_only:
@@ -207,7 +214,7 @@ def plans(o: FidelityOptions) -> dict[str, BenchPlan]:
     out = Path(o.out)
     result = {}
     for name in o.datasets:
-        overrides = {**dataset_overrides(DATASETS[name], o.agnews_dir),
+        overrides = {**dataset_overrides(KNOWN[name], o.agnews_dir),
                      "common_args.output_dir": str(out), "common_args.cache_dir": str(out / "cache"),
                      **o.overrides}
         if o.jobs > 1:
@@ -502,7 +509,7 @@ def collect_rows(out: Path) -> list[dict[str, Any]]:
             if row is not None:
                 rows.append(row)
     order = {m: i for i, m in enumerate(METHODS)}
-    dorder = {d: i for i, d in enumerate(DATASETS)}
+    dorder = {d: i for i, d in enumerate(KNOWN)}
     rows.sort(key=lambda r: (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], order.get(r["method"], 99),
                              r["method"]))
     return rows
@@ -721,9 +728,16 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
         lines += ["", "One shared config across all runs: " + ("yes (checked from every run's config.yaml)."
                                                                 if not differ else
                                                                 f"**NO**, the runs differ in {', '.join(differ)}.")]
-    expected = len(DATASETS) * len(METHODS) * len(SEEDS)
-    lines += ["", f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(DATASETS)} datasets x "
-                  f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))}).", "",
+    present = {r["dataset"] for r in rows}
+    held = [d for d in HELD_OUT if d in present]
+    matrix = [d for d in DATASETS if present - set(HELD_OUT) or not held] + held
+    expected = len(matrix) * len(METHODS) * len(SEEDS)
+    lines += ["", f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
+                  f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))})."]
+    if held:
+        lines += ["", f"Held out of all tuning (nothing in the shared config was chosen on it, on any seed): "
+                      f"{', '.join(held)}."]
+    lines += ["",
               "Accuracy in %: mean ± std over seeds (sample std) and per seed. Pseudo labels: in use at the end "
               "of the run. Upload: all clients' upload bytes over the whole run. TX2 h: the run's emulated time on "
               "the Jetson TX2 profile (fedml_fes/cost, docs/BENCHMARK.md). Means over seeds.", ""]
@@ -742,7 +756,7 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
         lines.append(f"- ({c.key}) {c.claim}: **{'met' if c.met else 'NOT met'}**")
         lines += [f"  - {x}" for x in c.details]
     for d, by_method in cells.items():
-        spec = DATASETS.get(d)
+        spec = KNOWN.get(d)
         cfg = next(r["_config"] for r in rows if r["dataset"] == d)
         lines += ["", f"## {spec.label if spec else d} (`{d}`): {cfg['data_args'].get('client_num_in_total')} "
                       f"clients, pattern id {cfg.get('prompt_args', {}).get('pattern_id')}, majority-class rate "
