@@ -232,6 +232,15 @@ def test_example_config_dry_run(tmp_path, tiny_model_dir, method):
     assert f"method: {method}," in text and not (tmp_path / "runs").exists()
 
 
+def test_dry_run_counts_training_gold_labels_per_class_and_names_a_missing_class(tmp_path, tiny_model_dir):
+    cfg = _example(tmp_path, tiny_model_dir, **{"train_args.method": "prompt_only", "data_args.gold_labels": 1})
+    line = next(x for x in preview_run(cfg) if x.startswith("gold labels per class, for training: "))
+    counts = dict(re.findall(r"(negative|neutral|positive) (\d+)", line.split(" (")[0]))
+    assert sorted(counts) == list(CLASSES) and sorted(counts.values()) == ["0", "0", "1"]
+    missing = [c for c in CLASSES if counts[c] == "0"]
+    assert line.endswith(f"(no training label for {', '.join(missing)}: only the MLM's prior can predict it)")
+
+
 def _documented_variant() -> dict:
     """The no-header + classes.txt keys the example's comments document, as overrides."""
     lines = EXAMPLE.read_text().split("Replace the column keys below with:")[1].split("and drop")[0]

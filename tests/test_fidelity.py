@@ -125,6 +125,22 @@ def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path
     assert "the full matrix is 60: 4 datasets" in both
 
 
+def test_gold_labels_per_class_are_counted_cached_and_reported(tmp_path):
+    cfg = config_from_dict(small_config(tmp_path, "unused"))
+    run_dir = tmp_path / "bbc_news" / "runs" / "fes-s0"
+    run_dir.mkdir(parents=True)
+    gold = fid.gold_classes(run_dir, cfg)
+    assert gold["classes"] == ["business", "entertainment", "politics", "sports", "tech"]
+    assert sum(gold["counts"]) == cfg.data.gold_labels == 32
+    assert json.loads((run_dir / "gold_classes.json").read_text()) == gold  # cached for the next report
+    rows = _rows(GOOD, datasets=("bbc_news",), seeds=(0,))
+    for r in rows:
+        r["_gold"] = {"classes": ["a", "b"], "counts": [47, 1]}
+    text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
+    assert "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): seed 0: a 47, b 1." \
+        in text
+
+
 def test_shared_config_check_names_a_per_dataset_difference():
     rows = _rows(GOOD)
     assert fid.shared_config_check(rows) == []

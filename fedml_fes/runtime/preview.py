@@ -30,6 +30,9 @@ def preview_run(cfg: FesConfig) -> list[str]:
     pools = np.array([len(c.unlabeled.texts) for c in data.clients])
     gold = {c.client_id: c.num_gold for c in data.clients if c.num_gold}
     held = len(data.validation) if data.validation is not None else 0  # gold labels kept for validation
+    per_class = np.bincount(np.asarray([int(y) for c in data.clients for y in c.gold_labels], dtype=int),
+                            minlength=len(data.classes))
+    missing = [name for name, n in zip(data.classes, per_class) if n == 0]
     d, t = cfg.data, cfg.train
     late = cfg.for_round(t.comm_round, False, getattr(method, "bias_only", False)).train  # after any warm-up
     lines = [
@@ -41,6 +44,8 @@ def preview_run(cfg: FesConfig) -> list[str]:
         f"gold labels: {sum(gold.values()) + held} on {len(gold)} client(s)"
         + (f", {held} of them held out of training as validation" if held else "") + ": "
         + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
+        "gold labels per class, for training: " + ", ".join(f"{name} {n}" for name, n in zip(data.classes, per_class))
+        + (f" (no training label for {', '.join(missing)}: only the MLM's prior can predict it)" if missing else ""),
         f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {late.epochs} local epoch(s), "
         f"batch {t.batch_size}, lr {late.learning_rate:g}",
     ]

@@ -441,6 +441,32 @@ def heldout_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, An
     return info
 
 
+def gold_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any] | None:
+    """Per-class counts of the run's gold labels: the seed's few-shot set, all of it (before FeS's
+    validation hold-out), the same for every method of that seed. With skewed gold labels (gamma
+    0.001: one or two clients hold them all) a class can have none, which no method trained on
+    them can learn without a prior from the MLM. Cached in the run folder; None when the data
+    cannot be read here."""
+    path = Path(run_dir) / "gold_classes.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    import numpy as np
+
+    from fedml_fes.data.federated import build_federated_data
+    try:
+        data, _ = build_federated_data(cfg or _saved_config(run_dir))
+    except FesError:
+        return None
+    gold = [int(y) for c in data.clients for y in c.gold_labels]
+    info = {"classes": list(data.classes), "counts": np.bincount(np.asarray(gold, dtype=int),
+                                                                 minlength=len(data.classes)).tolist()}
+    try:
+        path.write_text(json.dumps(info, indent=2))
+    except OSError:
+        pass
+    return info
+
+
 def _saved_config(run_dir: Path) -> FesConfig:
     """A run's config.yaml; keys this version no longer knows are dropped (the report reads only data,
     method, seed and cost settings), so old runs stay reportable."""
@@ -497,7 +523,8 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
             "accuracy": float(accuracy), "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
             "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
             "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
-            "emulated_hours": emulated_hours(run_dir, cfg), "_config": cfg.to_dict(), "_run_dir": str(run_dir)}
+            "emulated_hours": emulated_hours(run_dir, cfg), "_config": cfg.to_dict(), "_run_dir": str(run_dir),
+            "_gold": gold_classes(run_dir, cfg)}
 
 
 def collect_rows(out: Path) -> list[dict[str, Any]]:
@@ -773,6 +800,11 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
         lines.append(f"| majority class | {_pct(majority[d])} | " + " | ".join(
             _pct(_mean([r["majority_rate"] for r in rows if r["dataset"] == d and r["seed"] == s])) for s in seeds)
             + " | | | |")
+        golds = {r["seed"]: r["_gold"] for r in rows if r["dataset"] == d and r.get("_gold")}
+        if golds:
+            lines += ["", "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): "
+                      + "; ".join(f"seed {s}: " + ", ".join(f"{c} {n}" for c, n in zip(g["classes"], g["counts"]))
+                                  for s, g in sorted(golds.items())) + "."]
     return "\n".join(lines) + "\n"
 
 
