@@ -104,6 +104,10 @@ class ModelConfig:
     # A fedbert_mlm config whose cached build supplies the MLM head (built first if missing);
     # for models shipped without one, like the offline MiniLM. Empty: use `model` as is.
     mlm_from: str = ""
+    # Build that head on this job's own clients' text (FedBERT's premise: pre-train on the data the
+    # clients hold): mlm_from then gives the recipe, the job's data_args replace its data. One
+    # build per dataset, shared by every seed and method of it.
+    mlm_on_job_data: bool = False
     tuning: str = "full"  # full | bias (BitFit: biases only) | plan (tuning_args' layer plan)
 
 
@@ -845,6 +849,8 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
            f"got {t.robust_norm_factor}")
     _check(cfg.model.max_seq_length >= 8, f"model_args.max_seq_length must be >= 8, got {cfg.model.max_seq_length}")
     _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
+    _check(not cfg.model.mlm_on_job_data or bool(cfg.model.mlm_from),
+           "model_args.mlm_on_job_data needs model_args.mlm_from (the fedbert_mlm recipe to build with)")
     validate_mlm(cfg.mlm)
     validate_adapter(cfg.adapter)
     validate_split(cfg.split_args)

@@ -123,6 +123,28 @@ def test_nested_mlm_config_resolves_its_own_paths(tmp_path, monkeypatch):
     assert mlm.model.model == cfg.model.model == str(tmp_path / "builds" / "base")
 
 
+def test_mlm_on_job_data_builds_the_recipe_on_the_jobs_own_data(tmp_path):
+    """One build per dataset: the recipe's training settings, the job's data section, its own cache key."""
+    from fedml_fes.errors import FesError
+    from fedml_fes.pretrain.cache import mlm_cache_key
+    from fedml_fes.pretrain.source import mlm_build_config
+    recipe = REPO / "run_configs" / "mlm_fedbert_bbc.yaml"
+    job = {"model_args.mlm_from": str(recipe), "train_args.method": "fes", "common_args.random_seed": 3,
+           "data_args.dataset": "trec", "data_args.client_num_in_total": 100}
+    as_recipe = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml", job))
+    assert as_recipe.data.dataset == "bbc_news"  # the default: the recipe's own data
+    own = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml",
+                                       {**job, "model_args.mlm_on_job_data": True}))
+    assert (own.data.dataset, own.data.client_num_in_total) == ("trec", 100)
+    assert own.train == as_recipe.train and own.mlm == as_recipe.mlm and own.common.random_seed == 0
+    assert mlm_cache_key(own) != mlm_cache_key(as_recipe)
+    seed_5 = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml",
+                                          {**job, "model_args.mlm_on_job_data": True, "common_args.random_seed": 5}))
+    assert mlm_cache_key(seed_5) == mlm_cache_key(own)  # every seed of the dataset shares the build
+    with pytest.raises(FesError, match="model_args.mlm_on_job_data needs model_args.mlm_from"):
+        load_config(REPO / "run_configs" / "fidelity.yaml", {"model_args.mlm_from": "", "model_args.mlm_on_job_data": True})
+
+
 def test_run_config_yaml_stores_absolute_paths(tmp_path, monkeypatch):
     from fedml_fes.runtime.job import make_run_dir
     cf = _write(tmp_path / "c" / "run.yaml", {"common_args": {"output_dir": "out", "run_name": "r"},

@@ -550,6 +550,16 @@ def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
     assert not is_inert("tuning_args.bias_epochs", inert_keys("fes", "full"))
 
 
+
+def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():
+    from fedml_fes.runtime.methods import inert_keys, is_inert
+    for key in ("model_args.mlm_from", "model_args.mlm_on_job_data"):
+        assert is_inert(key, inert_keys("fedcls", "full")) and is_inert(key, inert_keys("pseudo_only", "full"))
+        for method in ("prompt_only", "fedfsl", "fes", "adapter"):
+            assert not is_inert(key, inert_keys(method, "full")), (key, method)
+    assert not is_inert("model_args.max_seq_length", inert_keys("fedcls", "full"))
+
+
 def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_model_dir):
     """AUG-E's delta_acc for a trial: the round's main updates plus the trial group's, from the
     global model; never the trial group's few pseudo labels alone."""

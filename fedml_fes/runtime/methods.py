@@ -453,6 +453,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
             inert.add("pacing_args.val_holdout")
     if made is not None and not made.uses_pseudo:
         inert |= {"pseudo_args", "filter_args"}
+    if made is not None and not getattr(made, "prompt", False):  # a head classifier or the MLM build itself
+        inert |= {"model_args.mlm_from", "model_args.mlm_on_job_data"}
     return frozenset(inert)
 
 

@@ -52,8 +52,9 @@ def preview_run(cfg: FesConfig) -> list[str]:
     mlm_cfg = mlm_build_config(cfg) if getattr(method, "prompt", False) else None
     if mlm_cfg is not None:
         cached = load_cached_info(mlm_cfg) is not None
-        lines.append(f"MLM head: from {cfg.model.mlm_from}, " + ("cached" if cached else "built first (a one-time "
-                                                                                        "federated MLM run), then cached"))
+        lines.append(f"MLM head: from {cfg.model.mlm_from}"
+                     + (f" on this job's own data ({cfg.data.dataset})" if cfg.model.mlm_on_job_data else "") + ", "
+                     + ("cached" if cached else "built first (a one-time federated MLM run), then cached"))
     if getattr(method, "prompt", False):  # FedBERT's MLM build has no prompt
         pattern, verbalizer = pvp_for(cfg)
         lines.append(f"prompt: {pattern!r}, verbalizer " + ", ".join(f"{c} -> {verbalizer.get(c, '?')}"

@@ -742,7 +742,9 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     if rows:
         c0 = rows[0]["_config"]
         m, t, d = c0.get("model_args", {}), c0.get("train_args", {}), c0.get("data_args", {})
-        model = m.get("model", "?") + (f" + MLM head built by FedBERT ({_in_checkout(m['mlm_from'])})" if m.get("mlm_from") else "")
+        model = m.get("model", "?") + (f" + MLM head built by FedBERT ({_in_checkout(m['mlm_from'])}"
+                                       + (", on each dataset's own clients' text" if m.get("mlm_on_job_data") else "")
+                                       + ")" if m.get("mlm_from") else "")
         lines += ["", f"Shared config: `{meta.get('config', '?')}`. Model {model}, max length "
                       f"{m.get('max_seq_length')}; "
                       f"{t.get('comm_round')} rounds of {t.get('client_num_per_round')} clients; "

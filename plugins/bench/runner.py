@@ -148,7 +148,8 @@ def write_provenance(plan: BenchPlan, out: Path) -> dict:
     data, _ = build_federated_data(cfg)
     train = sum(c.num_gold + len(c.unlabeled) for c in data.clients)
     d, m = cfg.data, cfg.model
-    model = m.model + (f" + MLM head built by FedBERT ({m.mlm_from})" if m.mlm_from else "")
+    model = m.model + (f" + MLM head built by FedBERT ({m.mlm_from}"
+                       + (", on this dataset's own clients' text" if m.mlm_on_job_data else "") + ")" if m.mlm_from else "")
     text = (f"{d.dataset}: {train:,} training examples over {data.num_clients} clients ({data.partition}), "
             f"{d.gold_labels} gold labels (gamma {d.gold_sparsity:g}), {len(data.test):,} test examples")
     prov = {"model": model, "dataset": d.dataset, "train_examples": train, "test_examples": len(data.test),
