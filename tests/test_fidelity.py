@@ -156,7 +156,9 @@ def test_shared_config_check_reads_project_files_the_same_from_any_checkout():
         r["_config"] = {**r["_config"], "model_args": {"mlm_from": where}}
     assert fid.shared_config_check(rows) == []
     rows[0]["_config"] = {**rows[0]["_config"], "model_args": {"mlm_from": "/elsewhere/run_configs/other.yaml"}}
-    assert fid.shared_config_check(rows) == ["model_args.mlm_from"]
+    assert rows[0]["method"] == "fedcls" and fid.shared_config_check(rows) == []  # a head classifier reads no MLM
+    rows[1]["_config"] = {**rows[1]["_config"], "model_args": {"mlm_from": "/elsewhere/run_configs/other.yaml"}}
+    assert rows[1]["method"] == "prompt_only" and fid.shared_config_check(rows) == ["model_args.mlm_from"]
 
 
 def test_shared_config_check_compares_a_section_among_the_methods_that_read_it():
