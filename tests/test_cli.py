@@ -156,7 +156,7 @@ def test_a_bad_prompt_fails_before_loading_or_writing(tmp_path, tiny_model_dir, 
     assert not (tmp_path / "runs").exists()
 
 
-def test_demo_uses_the_fidelity_benchmarks_shared_settings():
+def test_demo_uses_the_fidelity_benchmarks_shared_settings(tmp_path):
     """The demo claims run_configs/fidelity.yaml's shared settings: every key it sets matches,
     but for its fewer rounds, its test schedule and its thread count."""
     import yaml
@@ -170,4 +170,14 @@ def test_demo_uses_the_fidelity_benchmarks_shared_settings():
     left_out = [f"{sec}.{k}" for sec, keys in fidelity.items() for k in keys
                 if sec not in ("cost_args",) and k not in SHARED.get(sec, {})]
     assert set(left_out) <= {"common_args.training_type", "common_args.output_dir", "model_args.mlm_from",
-                             "train_args.method", "data_args.data_dir"}
+                             "model_args.mlm_on_job_data", "train_args.method", "data_args.data_dir"}
+    import argparse
+
+    from fedml_fes.config import add_set_argument
+    from fedml_fes_plugins.cli.demo import add_arguments, demo_configs, write_mlm_config
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    add_set_argument(p, "x")
+    opts = p.parse_args(["--cache-dir", str(tmp_path)])
+    fes = demo_configs(opts, write_mlm_config(opts))["fes"]  # its MLM head: the recipe on the demo's own data
+    assert fes.model.mlm_on_job_data is fidelity["model_args"]["mlm_on_job_data"] is True and fes.model.mlm_from

@@ -56,6 +56,28 @@ def _alive(pid: int) -> bool:
 
 
 # ---- fast --------------------------------------------------------------------------------
+def test_the_error_line_names_the_cause_not_the_last_will_that_followed():
+    """All may have exited when the launcher looks: a "went offline" line is never preferred."""
+    from fedml_fes_plugins.cross_device.launch import _first_failure
+
+    class Ended:
+        def __init__(self, error):
+            self.error = error
+
+        def failure(self):
+            return self.error
+
+    gone = "device 1: the server went offline (its MQTT last will)"
+    children = {"device 1": Ended(gone), "device 2": Ended(None),
+                "server": Ended("server: device 1 failed in round 1: injected fault in round 1")}
+    assert _first_failure(children) == "server: device 1 failed in round 1: injected fault in round 1"
+    killed = {"server": Ended("server: device 2 went offline (its MQTT last will) before the run finished"),
+              "device 2": Ended("device 2 exited with code -9 (see device2.log)")}
+    assert _first_failure(killed) == "device 2 exited with code -9 (see device2.log)"
+    assert _first_failure({"device 1": Ended(gone)}) == gone
+    assert _first_failure({"device 1": Ended(None)}) is None
+
+
 def test_payload_roundtrip_keeps_every_tensor_and_the_plan():
     from fedml_fes.runtime.payload import PLAN_KEY, pack_plan, unpack_plan
     from fedml_fes.runtime.tasks import ClientTask

@@ -108,8 +108,8 @@ def demo_configs(opts: argparse.Namespace, mlm_yaml: Path | None = None) -> dict
                                                              max(opts.rounds, 1))
         raw["common_args"]["cache_dir"] = str(cache)
         raw["common_args"]["output_dir"] = opts.output_dir
-        if mlm_yaml is not None:
-            raw["model_args"]["mlm_from"] = str(mlm_yaml)
+        if mlm_yaml is not None:  # the recipe, run on the demo's own data as fidelity.yaml's is
+            raw["model_args"].update(mlm_from=str(mlm_yaml), mlm_on_job_data=True)
         configs[method] = config_from_dict(raw, source="the embedded demo config")
     return configs
 

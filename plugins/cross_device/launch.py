@@ -87,12 +87,17 @@ def _effective_config(config_path: str, overrides: list[str], run_dir: str | Non
         raise
 
 
+# what a process says when another one ended first (server.py, device.py): a consequence, never the cause
+LAST_WILL = "went offline (its MQTT last will)"
+
+
 def _first_failure(children: dict[str, Child]) -> str | None:
-    for child in children.values():
-        error = child.failure()
-        if error:
-            return error
-    return None
+    """The error line that names the cause. By the time the launcher looks, the failing process and
+    the ones its end took down may all have exited; their "went offline" lines rank last (a device
+    told of the server's exit must not hide the server's own error, nor the server a killed device's)."""
+    errors = [e for e in (child.failure() for child in children.values()) if e]
+    causes = [e for e in errors if LAST_WILL not in e]
+    return (causes or errors or [None])[0]
 
 
 def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
