@@ -141,6 +141,16 @@ def test_gold_labels_per_class_are_counted_cached_and_reported(tmp_path):
         in text
 
 
+def test_the_report_names_the_mlm_head_of_the_runs_that_read_one(tmp_path):
+    rows = _rows(GOOD, datasets=("bbc_news",), seeds=(0,))
+    for r in rows:  # FedCLS comes first and reads no MLM: its config may not name the new key
+        mlm = {"mlm_from": "run_configs/mlm.yaml"} | ({} if r["method"] == "fedcls" else {"mlm_on_job_data": True})
+        r["_config"] = {**r["_config"], "model_args": {"model": "m", **mlm}}
+    assert rows[0]["method"] == "fedcls"
+    text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
+    assert "Model m + MLM head: FedBERT build of run_configs/mlm.yaml on the job's own clients' text," in text
+
+
 def test_shared_config_check_names_a_per_dataset_difference():
     rows = _rows(GOOD)
     assert fid.shared_config_check(rows) == []

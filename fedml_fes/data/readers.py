@@ -43,6 +43,10 @@ class LabeledTexts:
     def is_pair(self) -> bool:
         return self.texts_b is not None
 
+    def class_counts(self) -> list[int]:
+        """Examples per class, in class order (a class without any counts 0)."""
+        return np.bincount(np.asarray(self.labels, dtype=np.int64), minlength=len(self.classes)).tolist()
+
     def subset(self, idx: np.ndarray) -> "LabeledTexts":
         texts_b = None if self.texts_b is None else tuple(self.texts_b[i] for i in idx)
         return LabeledTexts(tuple(self.texts[i] for i in idx), self.labels[idx], self.classes, texts_b)

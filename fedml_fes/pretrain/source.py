@@ -27,6 +27,11 @@ def mlm_build_config(cfg: FesConfig) -> FesConfig | None:
     return mlm_cfg
 
 
+def mlm_origin(mlm_from: str, on_job_data: bool) -> str:
+    """Where the head comes from, in words (dry runs and benchmark reports say it the same way)."""
+    return f"FedBERT build of {mlm_from}" + (" on the job's own clients' text" if on_job_data else "")
+
+
 def resolve_mlm_path(cfg: FesConfig) -> str:
     mlm_cfg = mlm_build_config(cfg)
     if mlm_cfg is None:

@@ -13,7 +13,7 @@ import numpy as np
 from ..config import FesConfig
 from ..models import load_tokenizer
 from ..pretrain.cache import load_cached_info
-from ..pretrain.source import mlm_build_config
+from ..pretrain.source import mlm_build_config, mlm_origin
 from ..tuning.params import payload_bytes
 from .job import check_before_run, federated_data_for
 from .methods import get_method, pvp_for
@@ -30,8 +30,8 @@ def preview_run(cfg: FesConfig) -> list[str]:
     pools = np.array([len(c.unlabeled.texts) for c in data.clients])
     gold = {c.client_id: c.num_gold for c in data.clients if c.num_gold}
     held = len(data.validation) if data.validation is not None else 0  # gold labels kept for validation
-    per_class = np.bincount(np.asarray([int(y) for c in data.clients for y in c.gold_labels], dtype=int),
-                            minlength=len(data.classes))
+    training_gold = data.pooled_gold()  # after any validation hold-out
+    per_class = training_gold.class_counts() if training_gold is not None else [0] * len(data.classes)
     missing = [name for name, n in zip(data.classes, per_class) if n == 0]
     d, t = cfg.data, cfg.train
     late = cfg.for_round(t.comm_round, False, getattr(method, "bias_only", False)).train  # after any warm-up
@@ -52,8 +52,7 @@ def preview_run(cfg: FesConfig) -> list[str]:
     mlm_cfg = mlm_build_config(cfg) if getattr(method, "prompt", False) else None
     if mlm_cfg is not None:
         cached = load_cached_info(mlm_cfg) is not None
-        lines.append(f"MLM head: from {cfg.model.mlm_from}"
-                     + (f" on this job's own data ({cfg.data.dataset})" if cfg.model.mlm_on_job_data else "") + ", "
+        lines.append(f"MLM head: {mlm_origin(cfg.model.mlm_from, cfg.model.mlm_on_job_data)}, "
                      + ("cached" if cached else "built first (a one-time federated MLM run), then cached"))
     if getattr(method, "prompt", False):  # FedBERT's MLM build has no prompt
         pattern, verbalizer = pvp_for(cfg)

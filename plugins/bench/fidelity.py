@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import shlex
@@ -41,6 +42,7 @@ from typing import Any, Callable
 
 from fedml_fes.config import FesConfig, add_set_argument, config_from_dict
 from fedml_fes.errors import FesError
+from fedml_fes.pretrain.source import mlm_origin
 
 from fedml_fes_plugins.bench.config import BenchPlan, load_bench, run_config
 
@@ -420,25 +422,38 @@ def _log_command(o: FidelityOptions) -> None:
 
 # ---- one run's row, from its folder ----------------------------------------------------------
 
-def heldout_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any]:
-    """Class counts of the run's test set (its config's data section and seed); cached in the run folder."""
-    path = Path(run_dir) / "test_classes.json"
+def _cached_in_run(run_dir: Path, name: str, compute: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+    """`compute()` once per run folder, kept there as `name` (a read-only copy of the runs: every time)."""
+    path = Path(run_dir) / name
     if path.is_file():
         return json.loads(path.read_text())
-    import numpy as np
-
-    from fedml_fes.data.sources import load_source
-    if cfg is None:
-        cfg = _saved_config(run_dir)
-    test = load_source(cfg).test
-    counts = np.bincount(np.asarray(test.labels, dtype=int), minlength=len(test.classes)).tolist()
-    info = {"classes": list(test.classes), "counts": counts, "size": int(sum(counts)),
-            "majority_rate": max(counts) / sum(counts) if sum(counts) else float("nan")}
-    try:
-        path.write_text(json.dumps(info, indent=2))
-    except OSError:  # a read-only copy of the runs: compute it every time
-        pass
+    info = compute()
+    if info is not None:
+        try:
+            path.write_text(json.dumps(info, indent=2))
+        except OSError:
+            pass
     return info
+
+
+@functools.lru_cache(maxsize=64)
+def _data_of(data_key: str) -> Any:
+    """The federated data of a data section and seed, built once per report (every method of a seed
+    shares it; `data_key` is their JSON)."""
+    from fedml_fes.data.federated import build_federated_data
+    raw = json.loads(data_key)
+    return build_federated_data(config_from_dict(raw))[0]
+
+
+def heldout_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any]:
+    """Class counts of the run's test set (its config's data section and seed); cached in the run folder."""
+    def compute() -> dict[str, Any]:
+        from fedml_fes.data.sources import load_source
+        test = load_source(cfg or _saved_config(run_dir)).test
+        counts = test.class_counts()
+        return {"classes": list(test.classes), "counts": counts, "size": int(sum(counts)),
+                "majority_rate": max(counts) / sum(counts) if sum(counts) else float("nan")}
+    return _cached_in_run(run_dir, "test_classes.json", compute)
 
 
 def gold_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any] | None:
@@ -447,24 +462,16 @@ def gold_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any] 
     0.001: one or two clients hold them all) a class can have none, which no method trained on
     them can learn without a prior from the MLM. Cached in the run folder; None when the data
     cannot be read here."""
-    path = Path(run_dir) / "gold_classes.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    import numpy as np
-
-    from fedml_fes.data.federated import build_federated_data
-    try:
-        data, _ = build_federated_data(cfg or _saved_config(run_dir))
-    except FesError:
-        return None
-    gold = [int(y) for c in data.clients for y in c.gold_labels]
-    info = {"classes": list(data.classes), "counts": np.bincount(np.asarray(gold, dtype=int),
-                                                                 minlength=len(data.classes)).tolist()}
-    try:
-        path.write_text(json.dumps(info, indent=2))
-    except OSError:
-        pass
-    return info
+    def compute() -> dict[str, Any] | None:
+        c = cfg or _saved_config(run_dir)
+        key = json.dumps({"data_args": c.to_dict()["data_args"],
+                          "common_args": {"random_seed": c.common.random_seed}}, sort_keys=True)
+        try:
+            gold = _data_of(key).pooled_gold()
+        except FesError:
+            return None
+        return {"classes": list(gold.classes), "counts": gold.class_counts()} if gold is not None else None
+    return _cached_in_run(run_dir, "gold_classes.json", compute)
 
 
 def _saved_config(run_dir: Path) -> FesConfig:
@@ -740,11 +747,14 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     if runs_cmds:
         lines += ["", "Runs made by: " + "; ".join(f"`{c['command']}` ({c['date']})" for c in runs_cmds[-5:]) + "."]
     if rows:
+        from fedml_fes.runtime.methods import inert_keys, is_inert
         c0 = rows[0]["_config"]
-        m, t, d = c0.get("model_args", {}), c0.get("train_args", {}), c0.get("data_args", {})
-        model = m.get("model", "?") + (f" + MLM head built by FedBERT ({_in_checkout(m['mlm_from'])}"
-                                       + (", on each dataset's own clients' text" if m.get("mlm_on_job_data") else "")
-                                       + ")" if m.get("mlm_from") else "")
+        # the MLM head as a run that reads it has it (a FedCLS run's config may predate its keys)
+        reads_mlm = [r["_config"] for r in rows if not is_inert("model_args.mlm_from", inert_keys(
+            r["method"], r["_config"].get("model_args", {}).get("tuning", "full")))]
+        m, t, d = (reads_mlm or [c0])[0].get("model_args", {}), c0.get("train_args", {}), c0.get("data_args", {})
+        model = m.get("model", "?") + (f" + MLM head: {mlm_origin(_in_checkout(m['mlm_from']), m.get('mlm_on_job_data', False))}"
+                                       if m.get("mlm_from") else "")
         lines += ["", f"Shared config: `{meta.get('config', '?')}`. Model {model}, max length "
                       f"{m.get('max_seq_length')}; "
                       f"{t.get('comm_round')} rounds of {t.get('client_num_per_round')} clients; "

@@ -26,6 +26,7 @@ from fedml_fes.config import FesConfig
 from fedml_fes.cost.profiles import DeviceProfile, load_profile
 from fedml_fes.cost.settings import network_of
 from fedml_fes.errors import FesError
+from fedml_fes.pretrain.source import mlm_origin
 from fedml_fes.report.bench_analysis import BenchData, label
 from fedml_fes.report.bench_report import ReportSpec, write_report
 from fedml_fes.report.runs import load_run
@@ -148,8 +149,7 @@ def write_provenance(plan: BenchPlan, out: Path) -> dict:
     data, _ = build_federated_data(cfg)
     train = sum(c.num_gold + len(c.unlabeled) for c in data.clients)
     d, m = cfg.data, cfg.model
-    model = m.model + (f" + MLM head built by FedBERT ({m.mlm_from}"
-                       + (", on this dataset's own clients' text" if m.mlm_on_job_data else "") + ")" if m.mlm_from else "")
+    model = m.model + (f" + MLM head: {mlm_origin(m.mlm_from, m.mlm_on_job_data)}" if m.mlm_from else "")
     text = (f"{d.dataset}: {train:,} training examples over {data.num_clients} clients ({data.partition}), "
             f"{d.gold_labels} gold labels (gamma {d.gold_sparsity:g}), {len(data.test):,} test examples")
     prov = {"model": model, "dataset": d.dataset, "train_examples": train, "test_examples": len(data.test),
