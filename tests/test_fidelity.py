@@ -377,3 +377,130 @@ def test_check_a_shows_the_gap_seed_by_seed():
     fes, fsl = cell({0: 0.70, 1: 0.80, 2: 0.60}), cell({0: 0.75, 1: 0.80, 2: 0.50})
     assert fid.paired_difference(fes, fsl) == "per seed -5.0, +0.0, +10.0 points, mean +1.7 ± 7.6"
     assert fid.paired_difference(cell({3: 0.5}), fsl) == ""
+
+
+# ---- your own dataset: --dataset-file -------------------------------------------------------------
+
+def _dataset_file(tmp_path: Path, name: str = "my_news", **sections) -> Path:
+    raw = {"data_args": {"dataset": "custom", "train_file": "data/news.csv", "text_columns": ["text"],
+                         "label_column": "label", "client_num_in_total": 10},
+           "prompt_args": {"pattern": "{mask} News: {text_a}",
+                           "verbalizer": {"business": "business", "entertainment": "entertainment",
+                                          "politics": "politics", "sports": "sports", "tech": "technology"}}}
+    for sec, values in sections.items():
+        raw.setdefault(sec, {}).update(values)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_dataset_file_sets_only_the_data_and_its_pvp(tmp_path):
+    """Its data_args and prompt_args become the dataset's keys (paths from the file's folder), the
+    shared config keeps everything else, and it alone is planned when no --datasets is named."""
+    from fedml_fes_plugins.bench.config import run_config
+    name, keys = fid.read_dataset_file(_dataset_file(tmp_path))
+    assert name == "my_news" and keys["data_args.train_file"] == str(tmp_path / "data" / "news.csv")
+    assert set(keys) <= fid.VARYING_KEYS
+    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"), datasets=[],
+                            dataset_files=[str(tmp_path / "my_news.yaml")], methods=["fes"], seeds=[0])
+    fid.check_options(o)
+    plans = fid.plans(o)
+    assert list(plans) == ["my_news"]
+    cfg, shared = run_config(plans["my_news"], "fes", 0), load_config(REPO / "run_configs" / "fidelity.yaml")
+    assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern) == ("custom", 10, "{mask} News: {text_a}")
+    assert (cfg.data.gold_labels, cfg.data.gold_sparsity, cfg.train.comm_round) == \
+        (shared.data.gold_labels, shared.data.gold_sparsity, shared.train.comm_round)
+
+    import argparse
+    p = argparse.ArgumentParser()
+    fid.add_arguments(p)
+    opts = p.parse_args(["--dataset-file", str(tmp_path / "my_news.yaml")])
+    assert fid.options_from(opts, "x").datasets == []  # alone: only the file's dataset
+    opts = p.parse_args(["--dataset-file", str(tmp_path / "my_news.yaml"), "--datasets", "trec"])
+    assert fid.options_from(opts, "x").datasets == ["trec"]
+    assert "--dataset-file " + str(tmp_path / "my_news.yaml") in fid.command_line("x", opts)
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"data_args": {"gold_labels": 640}}, "data_args.gold_labels is shared by every dataset"),
+    ({"prompt_args": {"train_class_bias": False}}, "prompt_args.train_class_bias is shared by every dataset"),
+    ({"train_args": {"comm_round": 50}}, "section 'train_args' belongs to the shared config"),
+    ({"data_args": {"dataset": None}}, "data_args.dataset is missing"),
+])
+def test_a_dataset_file_that_reaches_beyond_its_data_is_refused_in_one_line(tmp_path, capsys, sections, message):
+    path = _dataset_file(tmp_path, **sections)
+    if sections.get("data_args", {}).get("dataset", "x") is None:
+        raw = yaml.safe_load(path.read_text())
+        del raw["data_args"]["dataset"]
+        path.write_text(yaml.safe_dump(raw))
+    from fedml_fes_plugins.cli.main import main
+    assert main(["bench", "--suite", "fidelity", "--dataset-file", str(path), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_dataset_file_names_are_checked(tmp_path):
+    with pytest.raises(FesError, match="'trec' is a built-in dataset's"):
+        fid.read_dataset_file(_dataset_file(tmp_path, name="trec"))
+    with pytest.raises(FesError, match="expected a .yaml file"):
+        fid.read_dataset_file(tmp_path / "news.csv")
+    (tmp_path / "b").mkdir()
+    o = fid.FidelityOptions(datasets=[], dataset_files=[str(_dataset_file(tmp_path)),
+                                                        str(_dataset_file(tmp_path / "b"))])
+    with pytest.raises(FesError, match="two datasets are named 'my_news'"):
+        fid.dataset_sources(o)
+    with pytest.raises(FesError, match="no dataset to run"):
+        fid.check_options(fid.FidelityOptions(datasets=[]))
+
+
+def test_the_report_names_a_dataset_file_as_held_out_and_shows_its_pattern(tmp_path):
+    rows = _rows(GOOD, datasets=("bbc_news", "my_news"))
+    for r in rows:
+        if r["dataset"] == "my_news":
+            r["_config"]["data_args"].update({"dataset": "custom", "train_file": "/data/news.csv"})
+            r["_config"]["prompt_args"] = {"pattern": "{mask} News: {text_a}", "pattern_id": 0}
+    assert fid.shared_config_check(rows) == []
+    text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
+    assert "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): my_news" in text
+    assert "the full matrix is 60: 4 datasets" in text  # the three built-ins, and it
+    assert "(my_news, from --dataset-file: also where and how the data reads, and its own PVP)" in text
+    assert '## my_news (`my_news`): 20 clients, pattern "{mask} News: {text_a}"' in text
+
+
+@pytest.mark.slow
+def test_the_harness_runs_a_dataset_file_end_to_end(tmp_path, tiny_model_dir, capsys):
+    """A CSV of real BBC News text under its own name: its run folders, CSV rows and report section."""
+    from fedml_fes.data.sources import load_source
+    from fedml_fes_plugins.cli.main import main
+    source = load_source(config_from_dict(small_config(tmp_path, tiny_model_dir)))
+    (tmp_path / "data").mkdir()
+    with (tmp_path / "data" / "news.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for i in range(0, len(source.train), 5):
+            w.writerow([source.train.texts[i], source.train.classes[source.train.labels[i]]])
+    dataset = _dataset_file(tmp_path, data_args={"client_num_in_total": 6})
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1, "client_num_per_round": 2,
+                                                             "frequency_of_the_test": 1},
+                       data_args={"gold_labels": 16, "max_test_examples": 30, "max_train_examples": 0})
+    cf = tmp_path / "shared.yaml"
+    cf.write_text(yaml.safe_dump(raw))
+    out, res = tmp_path / "fid", tmp_path / "results"
+    assert main(["bench", "--suite", "fidelity", "--cf", str(cf), "--dataset-file", str(dataset), "--seeds", "0",
+                 "--methods", "fedcls", "prompt_only", "--out", str(out), "--results", str(res)]) == 0
+    assert "2 runs, 0 already complete, 2 to do" in capsys.readouterr().out
+    for m in ("fedcls", "prompt_only"):
+        saved = yaml.safe_load((out / "my_news" / "runs" / f"{m}-s0" / "config.yaml").read_text())
+        assert saved["data_args"]["dataset"] == "custom" and saved["data_args"]["client_num_in_total"] == 6
+    rows = list(csv.DictReader((res / "fidelity.csv").open()))
+    assert [(r["dataset"], r["method"]) for r in rows] == [("my_news", "fedcls"), ("my_news", "prompt_only")]
+    assert all(0 <= float(r["accuracy"]) <= 1 and 0 < float(r["majority_rate"]) < 1 for r in rows)
+    text = (res / "fidelity.md").read_text()
+    assert "## my_news (`my_news`): 6 clients" in text and "One shared config across all runs: yes" in text
+
+
+def test_the_example_dataset_file_reads():
+    name, keys = fid.read_dataset_file(REPO / "run_configs" / "fidelity_dataset_example.yaml")
+    assert name == "fidelity_dataset_example" and keys["data_args.dataset"] == "custom"
+    assert keys["data_args.train_file"] == str(REPO / "my_data" / "reviews_train.csv")
+    assert keys["prompt_args.verbalizer"] == {"negative": "bad", "neutral": "okay", "positive": "good"}

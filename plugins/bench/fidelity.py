@@ -30,6 +30,7 @@ import csv
 import functools
 import json
 import math
+import re
 import shlex
 import signal
 import statistics
@@ -85,9 +86,20 @@ HELD_OUT = {
     "movie_sentiment": DatasetSpec("movie_sentiment", "Movie sentiment", 100, 0),  # "It was {mask}. {text_a}"
 }
 KNOWN = {**DATASETS, **HELD_OUT}
+# What a dataset file (--dataset-file) may set: the keys that say which data it is and how it reads,
+# and its PVP. Everything that decides training or the few-shot regime (gold_labels, gold_sparsity,
+# partition_alpha, test_fraction, max_test_examples, ...) stays the shared config's.
+DATASET_FILE_KEYS = {
+    "data_args": ("dataset", "data_dir", "client_num_in_total", "max_train_examples", "train_file", "test_file",
+                  "text_columns", "text_b_columns", "label_column", "classes", "csv_header", "delimiter",
+                  "classes_file", "label_index_base", "hf_dataset", "hf_config", "hf_train_split", "hf_test_split",
+                  "fednlp_data_file"),
+    "prompt_args": ("pvp", "pattern_id", "pattern", "verbalizer"),
+}
 # the keys a dataset may change in the shared config (and the per-run keys): the protocol check
-VARYING_KEYS = {"data_args.dataset", "data_args.data_dir", "data_args.client_num_in_total",
-                "prompt_args.pattern_id", "train_args.method", "common_args.random_seed", *PATH_KEYS}
+VARYING_KEYS = {*(f"{sec}.{k}" for sec, keys in DATASET_FILE_KEYS.items() for k in keys),
+                "train_args.method", "common_args.random_seed", *PATH_KEYS}
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass
@@ -99,6 +111,7 @@ class FidelityOptions:
     methods: list = field(default_factory=lambda: list(METHODS))
     seeds: list = field(default_factory=lambda: list(SEEDS))
     agnews_dir: str = ""
+    dataset_files: list = field(default_factory=list)  # your own datasets: YAML files (read_dataset_file)
     jobs: int = 1
     overrides: dict = field(default_factory=dict)  # --set section.key=value, for every run
     report_only: bool = False
@@ -137,6 +150,11 @@ def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
     p.add_argument("--agnews-dir", default=None, metavar="DIR",
                    help="fidelity suite: the AG News folder in its official layout (train.csv, test.csv, "
                         "classes.txt); needed when agnews is among the datasets")
+    p.add_argument("--dataset-file", nargs="+", default=None, metavar="FILE",
+                   help="fidelity suite: your own dataset(s), each a YAML with data_args (which data, how it reads: "
+                        "dataset, data_dir or train_file/test_file and columns, client_num_in_total) and its "
+                        "prompt_args (pattern and verbalizer); the shared config decides the rest. Named by the "
+                        "file's stem; alone, only these run (add --datasets to run built-ins too)")
     p.add_argument("--jobs", type=int, default=1, help="fidelity suite: runs at once, each in its own process "
                                                         "with one torch thread (default 1)")
     p.add_argument("--results", default=None, metavar="DIR",
@@ -146,9 +164,10 @@ def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
 def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
     from fedml_fes.config import parse_overrides
     o = FidelityOptions(cf=opts.cf or DEFAULT_CF, out=opts.out or DEFAULT_OUT, results=opts.results or DEFAULT_RESULTS,
-                        datasets=opts.datasets or list(DATASETS), methods=opts.methods or list(METHODS),
+                        datasets=opts.datasets or ([] if opts.dataset_file else list(DATASETS)),
+                        methods=opts.methods or list(METHODS),
                         seeds=opts.seeds if opts.seeds is not None else list(SEEDS), agnews_dir=opts.agnews_dir or "",
-                        jobs=opts.jobs, overrides=parse_overrides(opts.set), report_only=opts.report_only)
+                        dataset_files=list(opts.dataset_file or []), jobs=opts.jobs, overrides=parse_overrides(opts.set), report_only=opts.report_only)
     o.command = command_line(prog, opts)
     return o
 
@@ -157,7 +176,8 @@ def command_line(prog: str, opts: argparse.Namespace) -> str:
     """The options as a command someone can paste (from the parsed options, not sys.argv)."""
     parts = shlex.split(prog)
     for flag, value in (("--cf", opts.cf), ("--datasets", opts.datasets), ("--methods", opts.methods),
-                        ("--seeds", opts.seeds), ("--agnews-dir", opts.agnews_dir), ("--out", opts.out),
+                        ("--seeds", opts.seeds), ("--agnews-dir", opts.agnews_dir),
+                        ("--dataset-file", opts.dataset_file), ("--out", opts.out),
                         ("--results", opts.results)):
         if value is not None:
             parts += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
@@ -195,9 +215,12 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
 def check_options(o: FidelityOptions) -> None:
     unknown = [d for d in o.datasets if d not in KNOWN]
     if unknown:
-        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(KNOWN)})")
+        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(KNOWN)}; your own data: "
+                       f"--dataset-file FILE.yaml)")
     if o.jobs < 1:
         raise FesError(f"--jobs must be >= 1, got {o.jobs}")
+    if not o.datasets and not o.dataset_files:
+        raise FesError("no dataset to run: name built-ins with --datasets or your own with --dataset-file")
     if "agnews" in o.datasets and not o.report_only:
         if not o.agnews_dir:
             raise FesError("dataset agnews needs --agnews-dir DIR (the official CSV layout: train.csv, test.csv, "
@@ -211,12 +234,55 @@ def dataset_overrides(spec: DatasetSpec, agnews_dir: str) -> dict[str, Any]:
             "data_args.client_num_in_total": spec.clients, "prompt_args.pattern_id": spec.pattern_id}
 
 
+def read_dataset_file(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """(name, overrides) of a user's dataset file: its data_args and prompt_args as 'section.key'
+    overrides of the shared config, relative paths taken from the file's folder. Named by the
+    file's stem (the run folders' and the report's name). Anything beyond DATASET_FILE_KEYS is
+    refused, in one line: the protocol's point is that nothing but the data and its PVP differs."""
+    from fedml_fes.config import read_sections
+    p = Path(path)
+    name = p.stem
+    if p.suffix not in (".yaml", ".yml"):
+        raise FesError(f"--dataset-file {p}: expected a .yaml file with data_args and prompt_args")
+    if not _FILE_NAME.fullmatch(name) or name in KNOWN:
+        raise FesError(f"--dataset-file {p}: its name '{name}' " + (
+            "is a built-in dataset's (use --datasets for it, or rename the file)" if name in KNOWN else
+            "must be letters, digits, '_', '.' or '-' (it names the run folders)"))
+    raw = read_sections(p)
+    overrides: dict[str, Any] = {}
+    for sec, values in raw.items():
+        allowed = DATASET_FILE_KEYS.get(sec)
+        if allowed is None or not isinstance(values, dict):
+            raise FesError(f"--dataset-file {p}: section '{sec}' belongs to the shared config; a dataset file "
+                           f"holds only data_args and prompt_args")
+        for key, value in values.items():
+            if key not in allowed:
+                raise FesError(f"--dataset-file {p}: {sec}.{key} is shared by every dataset (the shared "
+                               f"config's); a dataset file may set {sec}.{', '.join(allowed)}")
+            overrides[f"{sec}.{key}"] = value
+    if "data_args.dataset" not in overrides:
+        raise FesError(f"--dataset-file {p}: data_args.dataset is missing (e.g. custom, with train_file; "
+                       f"docs/CUSTOM_DATA.md)")
+    return name, overrides
+
+
+def dataset_sources(o: FidelityOptions) -> dict[str, dict[str, Any]]:
+    """Every dataset of the benchmark, built-in then from files: name -> its config overrides."""
+    result = {name: dataset_overrides(KNOWN[name], o.agnews_dir) for name in o.datasets}
+    for path in o.dataset_files:
+        name, overrides = read_dataset_file(path)
+        if name in result:
+            raise FesError(f"--dataset-file {path}: two datasets are named '{name}' (rename one file)")
+        result[name] = overrides
+    return result
+
+
 def plans(o: FidelityOptions) -> dict[str, BenchPlan]:
     """One bench plan per dataset: the shared config + the dataset's keys + --set, then every run's config."""
     out = Path(o.out)
     result = {}
-    for name in o.datasets:
-        overrides = {**dataset_overrides(KNOWN[name], o.agnews_dir),
+    for name, keys in dataset_sources(o).items():
+        overrides = {**keys,
                      "common_args.output_dir": str(out), "common_args.cache_dir": str(out / "cache"),
                      **o.overrides}
         if o.jobs > 1:
@@ -526,7 +592,9 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
     if accuracy is None:  # the last evaluated round's accuracy
         scored = [r for r in rows if r.get(summary.get("primary_metric", "test_acc")) not in (None, "")]
         accuracy = num(scored[-1], summary.get("primary_metric", "test_acc")) if scored else float("nan")
-    return {"dataset": cfg.data.dataset, "seed": cfg.common.random_seed, "method": cfg.train.method,
+    # the dataset is the run's folder, <out>/<dataset>/runs/<method>-s<seed>: a built-in's name or a
+    # dataset file's stem (two files of custom data share data_args.dataset)
+    return {"dataset": run_dir.parent.parent.name, "seed": cfg.common.random_seed, "method": cfg.train.method,
             "accuracy": float(accuracy), "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
             "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
             "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
@@ -746,6 +814,8 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     runs_cmds = [c for c in meta.get("commands", []) if "--report-only" not in c.get("command", "")]
     if runs_cmds:
         lines += ["", "Runs made by: " + "; ".join(f"`{c['command']}` ({c['date']})" for c in runs_cmds[-5:]) + "."]
+    present = list(dict.fromkeys(r["dataset"] for r in rows))
+    from_files = [d for d in present if d not in KNOWN]
     if rows:
         from fedml_fes.runtime.methods import inert_keys, is_inert
         c0 = rows[0]["_config"]
@@ -761,15 +831,16 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
                       f"{d.get('gold_labels')} gold labels (gamma {d.get('gold_sparsity')}, Dirichlet alpha "
                       f"{d.get('partition_alpha')}); test accuracy after the last round on up to "
                       f"{d.get('max_test_examples') or 'all'} test examples. Per dataset only the data keys "
-                      f"(dataset, data_dir, client_num_in_total) and the built-in PVP's pattern id differ; per "
-                      f"run only the method and the seed."]
+                      f"(dataset, data_dir, client_num_in_total) and the built-in PVP's pattern id differ"
+                      + ("" if not from_files else
+                         f" ({', '.join(from_files)}, from --dataset-file: also where and how the data reads, "
+                         f"and its own PVP)") + "; per run only the method and the seed."]
         differ = shared_config_check(rows)
         lines += ["", "One shared config across all runs: " + ("yes (checked from every run's config.yaml)."
                                                                 if not differ else
                                                                 f"**NO**, the runs differ in {', '.join(differ)}.")]
-    present = {r["dataset"] for r in rows}
-    held = [d for d in HELD_OUT if d in present]
-    matrix = [d for d in DATASETS if present - set(HELD_OUT) or not held] + held
+    held = [d for d in HELD_OUT if d in present] + from_files  # none of them tuned anything
+    matrix = [d for d in DATASETS if set(present) - set(held) or not held] + held
     expected = len(matrix) * len(METHODS) * len(SEEDS)
     lines += ["", f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
                   f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))})."]
@@ -797,9 +868,10 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     for d, by_method in cells.items():
         spec = KNOWN.get(d)
         cfg = next(r["_config"] for r in rows if r["dataset"] == d)
+        prompt = cfg.get("prompt_args", {})
+        pvp = f"pattern \"{prompt['pattern']}\"" if prompt.get("pattern") else f"pattern id {prompt.get('pattern_id')}"
         lines += ["", f"## {spec.label if spec else d} (`{d}`): {cfg['data_args'].get('client_num_in_total')} "
-                      f"clients, pattern id {cfg.get('prompt_args', {}).get('pattern_id')}, majority-class rate "
-                      f"{_pct(majority[d])}%", "",
+                      f"clients, {pvp}, majority-class rate {_pct(majority[d])}%", "",
                   "| method | accuracy | " + " | ".join(f"seed {s}" for s in seeds) +
                   " | pseudo labels | upload (bytes) | TX2 h |",
                   "|---|---|" + "---|" * len(seeds) + "---|---|---|"]

@@ -60,7 +60,7 @@ def run_bench_command(opts: argparse.Namespace) -> int:
     if opts.suite == "fidelity":
         return _run_fidelity(opts)
     given = [flag for flag, value in (("--datasets", opts.datasets), ("--agnews-dir", opts.agnews_dir),
-                                      ("--results", opts.results)) if value is not None]
+                                      ("--dataset-file", opts.dataset_file), ("--results", opts.results)) if value is not None]
     if given or opts.jobs != 1:
         raise FesError(f"{(given or ['--jobs'])[0]} belongs to --suite fidelity")
     from fedml_fes_plugins.bench.runner import BenchInterrupted, build_report, devices_for, run_bench
