@@ -504,3 +504,27 @@ def test_the_example_dataset_file_reads():
     assert name == "fidelity_dataset_example" and keys["data_args.dataset"] == "custom"
     assert keys["data_args.train_file"] == str(REPO / "my_data" / "reviews_train.csv")
     assert keys["prompt_args.verbalizer"] == {"negative": "bad", "neutral": "okay", "positive": "good"}
+
+
+def test_a_dataset_file_whose_verbalizer_misses_a_class_fails_before_any_run(tmp_path, tiny_model_dir, capsys):
+    from fedml_fes.data.sources import load_source
+    from fedml_fes_plugins.cli.main import main
+    source = load_source(config_from_dict(small_config(tmp_path, tiny_model_dir)))
+    (tmp_path / "data").mkdir()
+    with (tmp_path / "data" / "news.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["text", "label"])
+        for i in range(0, len(source.train), 10):
+            w.writerow([source.train.texts[i], source.train.classes[source.train.labels[i]]])
+    dataset = _dataset_file(tmp_path, data_args={"client_num_in_total": 6})
+    raw = yaml.safe_load(dataset.read_text())
+    del raw["prompt_args"]["verbalizer"]["tech"]
+    dataset.write_text(yaml.safe_dump(raw))
+    cf = tmp_path / "shared.yaml"
+    cf.write_text(yaml.safe_dump(small_config(tmp_path, tiny_model_dir, data_args={"max_train_examples": 0})))
+    out = tmp_path / "fid"
+    assert main(["bench", "--suite", "fidelity", "--cf", str(cf), "--dataset-file", str(dataset), "--seeds", "0",
+                 "--methods", "fedcls", "prompt_only", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "my_news, prompt_only: verbalizer does not cover classes ['tech']" in err and "nothing was run" in err
+    assert "\n" not in err and not (out / "my_news").exists()

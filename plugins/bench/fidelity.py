@@ -327,6 +327,7 @@ def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
     if todo:
         from fedml_fes_plugins.bench.runner import BenchInterrupted
         from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+        preflight(todo)
         try:
             for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
                 ensure_mlm_build(p.cfg, echo)
@@ -338,6 +339,21 @@ def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
         echo(f"{len(todo) - len(failed)} of {len(todo)} runs completed in {(time.time() - started) / 60:.1f} min"
              + (f"; failed: {', '.join(failed)} (the next invocation runs them again)" if failed else ""))
     return report(o, echo)
+
+
+def preflight(todo: list[Pending]) -> None:
+    """Each pending (dataset, method)'s dry-run checks (data, PVP against the classes, model shapes on
+    the meta device; seconds, no weights), before the MLM build or any run: a dataset file whose
+    verbalizer misses a class fails here in one line, not after an hour of other runs."""
+    from fedml_fes.runtime.preview import preview_run
+    seen: set[tuple[str, str]] = set()
+    for p in todo:
+        if (p.dataset, p.method) not in seen:
+            seen.add((p.dataset, p.method))
+            try:
+                preview_run(p.cfg)
+            except FesError as e:
+                raise FesError(f"{p.dataset}, {p.method}: {e} (checked before any run: nothing was run)") from None
 
 
 def _result_line(p: Pending, status: dict) -> str:
