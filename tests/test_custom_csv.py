@@ -216,7 +216,8 @@ def _example_data(tmp_path) -> dict:
 
 def _example(tmp_path, tiny_model_dir, **overrides):
     cf = shutil.copy(EXAMPLE, tmp_path / "example.yaml")
-    model = {"model_args.model": tiny_model_dir, "model_args.mlm_from": "", "model_args.max_seq_length": 32}
+    model = {"model_args.model": tiny_model_dir, "model_args.mlm_from": "", "model_args.mlm_on_job_data": False,
+             "model_args.max_seq_length": 32}
     return load_config(cf, {**_example_data(tmp_path), **model, **overrides})
 
 
@@ -280,3 +281,16 @@ def test_verbalizer_missing_a_class_fails_before_any_model_loads(tmp_path, tiny_
     data, _ = build_federated_data(cfg)
     with pytest.raises(FesError, match=r"does not cover classes \['neutral'\]"):
         methods.get_method("fes").build_model(cfg, data.classes, load_tokenizer(cfg.model.model), weights=True)
+
+
+def test_the_example_trains_as_the_fidelity_benchmarks_shared_config():
+    """A user who starts from the example gets the measured config, not one of its own: every key
+    outside the data, the PVP and evaluation-only settings equals run_configs/fidelity.yaml's."""
+    from fedml_fes_plugins.bench.fidelity import DATASET_FILE_KEYS
+    example, shared = load_config(EXAMPLE).to_dict(), load_config(REPO / "run_configs" / "fidelity.yaml").to_dict()
+    own = {f"{s}.{k}" for s, keys in DATASET_FILE_KEYS.items() for k in keys}
+    evaluation = {"train_args.method", "train_args.frequency_of_the_test", "data_args.max_test_examples",
+                  "common_args.torch_threads", "common_args.output_dir"}
+    differ = [f"{s}.{k}" for s in shared if s != "cost_args" for k in shared[s]
+              if f"{s}.{k}" not in own | evaluation and example[s][k] != shared[s][k]]
+    assert differ == []
