@@ -400,6 +400,7 @@ def test_a_dataset_file_sets_only_the_data_and_its_pvp(tmp_path):
     from fedml_fes_plugins.bench.config import run_config
     name, keys = fid.read_dataset_file(_dataset_file(tmp_path))
     assert name == "my_news" and keys["data_args.train_file"] == str(tmp_path / "data" / "news.csv")
+    assert keys["prompt_args.pattern_id"] == 0  # not the shared config's (BBC News's) pattern id
     assert set(keys) <= fid.VARYING_KEYS
     o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"), datasets=[],
                             dataset_files=[str(tmp_path / "my_news.yaml")], methods=["fes"], seeds=[0])

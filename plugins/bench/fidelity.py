@@ -167,7 +167,8 @@ def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
                         datasets=opts.datasets or ([] if opts.dataset_file else list(DATASETS)),
                         methods=opts.methods or list(METHODS),
                         seeds=opts.seeds if opts.seeds is not None else list(SEEDS), agnews_dir=opts.agnews_dir or "",
-                        dataset_files=list(opts.dataset_file or []), jobs=opts.jobs, overrides=parse_overrides(opts.set), report_only=opts.report_only)
+                        dataset_files=list(opts.dataset_file or []), jobs=opts.jobs,
+                        overrides=parse_overrides(opts.set), report_only=opts.report_only)
     o.command = command_line(prog, opts)
     return o
 
@@ -249,7 +250,7 @@ def read_dataset_file(path: str | Path) -> tuple[str, dict[str, Any]]:
             "is a built-in dataset's (use --datasets for it, or rename the file)" if name in KNOWN else
             "must be letters, digits, '_', '.' or '-' (it names the run folders)"))
     raw = read_sections(p)
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, Any] = {"prompt_args.pattern_id": 0}  # a built-in PVP's first pattern, unless named
     for sec, values in raw.items():
         allowed = DATASET_FILE_KEYS.get(sec)
         if allowed is None or not isinstance(values, dict):
