@@ -259,7 +259,11 @@ class FilterConfig:
 
     method: str = "vote_k"  # vote_k | random | none
     proxy_model: str = OFFLINE_MINILM  # any sentence-transformers model name or path
-    knn: int = 150  # k of V(x): nearest neighbours by cosine (the paper's 150; capped at pool - 1)
+    knn: int = 150  # k of V(x): nearest neighbours by cosine (the paper's 150)
+    # ... but at most this share of the client's pool (at least 1): the artifact's 150 of about
+    # 1,200 texts per AG News client. With k >= pool - 1 every V(x) is the whole pool, every
+    # sample scores the same and vote-k returns the pool in its stored order (1.0: that cap only)
+    knn_pool_share: float = 0.125
     rho: float = 10.0  # > 1: how strongly already-covered neighbourhoods are discounted
     # candidates a labeling client infers: this fraction of its pool, taken from the top of the
     # filter's ranking (never fewer than the event's budget); the most confident are kept.
@@ -871,6 +875,7 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
     _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
     _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
     _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
+    _check(0 < fl.knn_pool_share <= 1, f"filter_args.knn_pool_share must be in (0, 1], got {fl.knn_pool_share}")
     _check(cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
            "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args), "
            f"got {cfg.pseudo.warmup_learning_rate} and {cfg.pseudo.warmup_epochs}")

@@ -160,6 +160,7 @@ CASES = [
     ("candidate_fraction negative", keys(filter_args={"candidate_fraction": -0.1}),
      "filter_args.candidate_fraction must be in [0, 1]"),
     ("knn 0", keys(filter_args={"knn": 0}), "filter_args.knn must be >= 1, got 0"),
+    ("knn_pool_share 0", keys(filter_args={"knn_pool_share": 0}), "filter_args.knn_pool_share must be in (0, 1], got 0"),
     ("pacing k 150", keys(pacing_args={"k": 150}), "k in (0, 100], got f 1, n 5, k 150.0"),
     ("pacing eta 0", keys(pacing_args={"eta": 0}), "pacing_args.eta must be > 0"),
     ("pacing val_examples negative", keys(pacing_args={"val_examples": -1}), "pacing_args.val_examples must be >= 0"),

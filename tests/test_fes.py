@@ -254,6 +254,27 @@ def test_knn_larger_than_a_pool_is_capped():
     assert knn_indices(pts, 150).shape == (8, 7)
 
 
+def test_neighbourhoods_stay_local_on_small_pools():
+    from fedml_fes.pseudo.filtering import neighbour_count
+    assert neighbour_count(150, 1200, 0.125) == 150  # the artifact's AG News pools: the paper's k
+    assert neighbour_count(150, 64, 0.125) == 8 and neighbour_count(150, 3, 0.125) == 1
+    assert neighbour_count(150, 64, 1.0) == 64  # share 1: only knn_indices' pool - 1 cap
+
+
+def test_vote_k_on_a_class_sorted_pool_smaller_than_k_is_not_its_stored_order(tmp_path):
+    """A pool of at most k + 1 texts with k = 150: every V(x) was the whole pool, every sample
+    scored the same and the 'ranking' was the stored order. Pools are stored by example id,
+    which on BBC News is sorted by class, so the top 10% (the candidates) were one class."""
+    from fedml_fes.pseudo.filtering import ProxyEmbedder
+    pts, labels = _clusters([30, 20, 14])  # stored class by class, as a BBC News pool
+    assert np.array_equal(vote_k_order(knn_indices(centred(pts), 150), 10.0), np.arange(64))  # the defect
+    np.save(tmp_path / "proxy_embeddings.npy", pts)
+    order = cached_order(tmp_path, ["t"] * 64, "vote_k", ProxyEmbedder("unused"), knn=150, rho=10.0, seed=0,
+                         pool_share=0.125)
+    assert sorted(order.tolist()) == list(range(64))
+    assert len(set(labels[order[:7]].tolist())) == 3  # the top 10% covers every cluster
+
+
 def test_filter_ranks_mean_centred_embeddings(tmp_path):
     from fedml_fes.pseudo.filtering import ProxyEmbedder
     pts, _ = _clusters([6, 5, 4], dim=6)

@@ -42,6 +42,16 @@ def knn_indices(embeddings: np.ndarray, k: int, block: int = 2048) -> np.ndarray
     return out
 
 
+def neighbour_count(knn: int, pool_size: int, pool_share: float) -> int:
+    """k of V(x) for a pool: `knn`, but at most `pool_share` of the pool (at least 1).
+
+    Vote-k needs neighbourhoods that are local. The paper's k = 150 was set for pools of about
+    1,200 texts (AG News over 100 clients); on a pool of at most k + 1 texts every V(x) is the
+    whole pool, every sample scores the same, and the greedy order is the pool's stored order
+    (which can be sorted by class: then the 'representative' candidates are one class)."""
+    return max(1, min(knn, int(round(pool_share * pool_size))))
+
+
 def centred(embeddings: np.ndarray) -> np.ndarray:
     """Subtract the pool's mean embedding (before cosine similarity)."""
     return embeddings - embeddings.mean(axis=0, keepdims=True)
@@ -108,10 +118,12 @@ class ProxyEmbedder:
 
 
 def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: ProxyEmbedder, knn: int,
-                 rho: float, seed: int) -> np.ndarray:
-    """The client's ranking of its pool, computed once and kept in its own folder."""
+                 rho: float, seed: int, pool_share: float = 1.0) -> np.ndarray:
+    """The client's ranking of its pool, computed once and kept in its own folder; V(x) holds
+    `neighbour_count(knn, len(texts), pool_share)` neighbours."""
     store_dir.mkdir(parents=True, exist_ok=True)
-    path = store_dir / f"filter_{method}_k{knn}_rho{rho:g}_centred.npy"
+    k = neighbour_count(knn, len(texts), pool_share)
+    path = store_dir / f"filter_{method}_k{k}_rho{rho:g}_centred.npy"
     if path.is_file():
         order = np.load(path)
         if len(order) == len(texts):
@@ -124,7 +136,7 @@ def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: P
         if emb is None or len(emb) != len(texts):
             emb = embedder.embed(texts)
             np.save(emb_path, emb)
-        order = vote_k_order(knn_indices(centred(emb), knn), rho)
+        order = vote_k_order(knn_indices(centred(emb), k), rho)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, order)
     tmp.replace(path)

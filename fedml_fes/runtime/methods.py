@@ -204,7 +204,8 @@ class FewShot:
             candidates = np.arange(len(pool))
         else:
             seed = int(np.random.SeedSequence([cfg.common.random_seed, client.client_id, 3]).generate_state(1)[0])
-            order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed)
+            order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed,
+                                 cfg.filter.knn_pool_share)
             size = max(target, math.ceil(round(len(pool) * candidate_fraction(cfg), 9)))
             candidates = np.sort(order[:min(len(pool), size)])
         texts_b = _texts_b(pool)
