@@ -12,6 +12,15 @@ SHARED_AGNEWS = REPO.parent / "shared" / "datasets" / "agnews"
 VENV_BIN = Path(sys.executable).parent
 
 
+def load_benchmark_script(name: str):
+    """benchmarks/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def save_tiny_bert(path: Path, hidden: int) -> str:
     """A randomly initialised 2-layer BertForMaskedLM with the MiniLM tokenizer, saved as an
     HF folder: seconds to build, no download."""

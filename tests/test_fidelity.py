@@ -10,7 +10,7 @@ from fedml_fes.config import config_from_dict, load_config
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.bench import fidelity as fid
 
-from .conftest import small_config
+from .conftest import load_benchmark_script, small_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -343,10 +343,7 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
 
     # the standalone script, again: both runs are finished, nothing runs
     stamp = (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("fidelity_script", REPO / "benchmarks" / "fidelity.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_benchmark_script("fidelity")
     assert script.main(argv) == 0
     assert "2 runs, 2 already complete, 0 to do" in capsys.readouterr().out
     assert (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns == stamp

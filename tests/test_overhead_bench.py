@@ -3,25 +3,17 @@ the raw workers really run side by side on real trainings (the timings themselve
 benchmark's, never asserted here)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from fedml_fes.runtime.payload import assign_slots
 from fedml_fes.runtime.tasks import ClientTask
 
-from .conftest import small_config, write_config
-
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import load_benchmark_script, small_config, write_config
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("overhead_script", REPO / "benchmarks" / "overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("overhead")
 
 
 def test_the_mpirun_split_is_the_runtimes_own_round_robin(bench):

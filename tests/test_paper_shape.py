@@ -2,22 +2,17 @@
 GPU machine); here on a tiny shape, on the CPU, in seconds."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import load_benchmark_script
 
 
 @pytest.fixture(scope="module")
 def shape_script():
-    spec = importlib.util.spec_from_file_location("paper_shape_script", REPO / "benchmarks" / "paper_shape.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark_script("paper_shape")
 
 
 def test_each_method_trains_what_it_should(shape_script):
