@@ -136,10 +136,10 @@ def test_cached_order_is_computed_once(tmp_path):
             return _clusters([len(texts)])[0]
 
     texts = [f"t{i}" for i in range(30)]
-    a = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0)
-    b = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0)
+    a = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0, pool_share=1.0)
+    b = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0, pool_share=1.0)
     assert np.array_equal(a, b) and Counting.calls == 1
-    assert np.array_equal(cached_order(tmp_path, texts, "random", Counting(), 5, 10.0, seed=3),
+    assert np.array_equal(cached_order(tmp_path, texts, "random", Counting(), 5, 10.0, seed=3, pool_share=1.0),
                           random_order(30, 3))
 
 
@@ -281,7 +281,8 @@ def test_filter_ranks_mean_centred_embeddings(tmp_path):
     pts = pts + 50.0  # a shared offset, as sentence encoders have
     assert np.allclose(centred(pts).mean(axis=0), 0, atol=1e-4)
     np.save(tmp_path / "proxy_embeddings.npy", pts)
-    order = cached_order(tmp_path, ["t"] * len(pts), "vote_k", ProxyEmbedder("unused"), knn=3, rho=10.0, seed=0)
+    order = cached_order(tmp_path, ["t"] * len(pts), "vote_k", ProxyEmbedder("unused"), knn=3, rho=10.0, seed=0,
+                         pool_share=1.0)
     assert np.array_equal(order, vote_k_order(knn_indices(centred(pts), 3), 10.0))
 
 

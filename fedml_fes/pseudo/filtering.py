@@ -118,7 +118,7 @@ class ProxyEmbedder:
 
 
 def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: ProxyEmbedder, knn: int,
-                 rho: float, seed: int, pool_share: float = 1.0) -> np.ndarray:
+                 rho: float, seed: int, pool_share: float) -> np.ndarray:
     """The client's ranking of its pool, computed once and kept in its own folder; V(x) holds
     `neighbour_count(knn, len(texts), pool_share)` neighbours."""
     store_dir.mkdir(parents=True, exist_ok=True)
