@@ -105,3 +105,44 @@ def test_wrong_s3_credentials_are_refused(tmp_path):
             check_s3(dict(good, CN_S3_SAK="wrong"), 5.0)
     finally:
         service.stop()
+
+
+@pytest.mark.parametrize("in_loop_thread", [True, False])
+def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, in_loop_thread):
+    """FedML runs paho's loop_forever on the main thread and our deferred stop disconnects from
+    another one; paho then wrote the DISCONNECT and closed the socket from that thread, under
+    the loop's feet ("OSError: [Errno 9] Bad file descriptor", a finished silo with exit code 1
+    in CI). Through `disconnect_in_loop_thread` the loop thread closes its own socket and
+    loop_forever returns cleanly; without it the caller closes it (the race's precondition)."""
+    import threading
+    from types import SimpleNamespace
+
+    import paho.mqtt.client as paho
+    from fedml_fes_plugins.cross_silo.transport import disconnect_in_loop_thread
+
+    client = paho.Client(client_id=f"fes-stop-test-{in_loop_thread}", clean_session=True)
+    connected, closers, ended = threading.Event(), [], {}
+    client.on_connect = lambda *_a: connected.set()
+    close = client._sock_close
+    client._sock_close = lambda: (client._sock is not None and closers.append(threading.current_thread().name),
+                                  close())[1]
+    client.connect("127.0.0.1", broker.port, keepalive=30)
+
+    def loop() -> None:
+        try:
+            ended["rc"] = client.loop_forever()
+        except Exception as e:  # what killed FedML's silo
+            ended["error"] = repr(e)
+
+    loop_thread = threading.Thread(target=loop, name="paho-loop", daemon=True)
+    loop_thread.start()
+    assert connected.wait(10)
+    manager = SimpleNamespace(mqtt_mgr=SimpleNamespace(_client=client))
+    if in_loop_thread:
+        with disconnect_in_loop_thread(manager):
+            client.disconnect()
+    else:
+        client.disconnect()
+    loop_thread.join(timeout=10)
+    assert not loop_thread.is_alive() and "error" not in ended, ended
+    assert closers and closers[0] == ("paho-loop" if in_loop_thread else threading.current_thread().name), closers

@@ -12,13 +12,14 @@ Two things FedML 0.9.6 leaves open are closed here:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import queue
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterator
 
 from fedml_fes.config import FesConfig
 
@@ -140,6 +141,29 @@ def flush_mqtt(com_manager: Any, timeout_s: float = 3.0) -> None:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def disconnect_in_loop_thread(com_manager: Any) -> Iterator[None]:
+    """Run FedML's MQTT stop (`mqtt_s3_multi_clients_comm_manager.py:334-337`: loop_stop, then
+    disconnect) from a thread other than paho's loop without racing that loop.
+
+    FedML runs paho's `loop_forever` on the process's main thread (line 331). paho 1.6.1's
+    `_packet_queue` (client.py:3013-3016) writes a queued packet at once, from the calling
+    thread, whenever no callback is running; for DISCONNECT that write also closes the socket
+    (client.py:2500-2505). Called from another thread, the socket closes while the loop
+    thread sits between `select` and `recv`, and the loop dies with "OSError: [Errno 9] Bad
+    file descriptor": a finished silo exited with code 1 (seen in CI). Holding paho's
+    in-callback lock for the call makes `_packet_queue` leave the DISCONNECT to the loop,
+    which it wakes through its socket pair: the loop writes it, closes its own socket and
+    returns. A client driven by `loop_start`'s thread never writes from the caller: no lock."""
+    client = getattr(getattr(com_manager, "mqtt_mgr", None), "_client", None)
+    lock = getattr(client, "_in_callback_mutex", None)
+    if lock is None or getattr(client, "_thread", None) is not None:
+        yield
+        return
+    with lock:
+        yield
+
+
 def use_flushing_mqtt_stop() -> None:
     """FedML 0.9.6's silo says FINISHED and disconnects at once
     (`cross_silo/client/fedml_client_master_manager.py:162-165`): the status is published at
@@ -149,7 +173,8 @@ def use_flushing_mqtt_stop() -> None:
     releases the status, and the server, which ends only once every silo said FINISHED
     (`cross_silo/server/fedml_server_manager.py:146-164`), waits forever. The stop is
     deferred to a thread that lets paho's loop (running again once the callback returns)
-    drain the outgoing queue (bounded, `flush_mqtt`) and then runs FedML's stop."""
+    drain the outgoing queue (bounded, `flush_mqtt`) and then runs FedML's stop, leaving the
+    socket to paho's loop (`disconnect_in_loop_thread`)."""
     from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
     cls = mqtt_s3.MqttS3MultiClientsCommManager
     original = cls.stop_receive_message
@@ -159,7 +184,8 @@ def use_flushing_mqtt_stop() -> None:
     def stop_receive_message(self) -> threading.Thread:
         def flush_then_stop() -> None:
             flush_mqtt(self, timeout_s=MQTT_FLUSH_S)
-            original(self)
+            with disconnect_in_loop_thread(self):
+                original(self)
         worker = threading.Thread(target=flush_then_stop, name="fes-mqtt-stop")  # not a daemon: it must run
         worker.start()
         return worker
