@@ -104,6 +104,14 @@ def test_markdown_has_tables_checks_command_and_date(tmp_path):
     assert "One shared config across all runs: yes" in text and "Completed runs: 45" in text
 
 
+def test_the_mean_table_lists_a_method_beyond_the_five_once(tmp_path):
+    """Ablations (`--methods fes_no_cp fedfsl_bias`) on three datasets: one row each, not one per dataset."""
+    rows = _rows({"fes_no_cp": 0.6, "fedfsl_bias": 0.5}, bytes_up={"fes_no_cp": 9e9, "fedfsl_bias": 9e6})
+    text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
+    table = text.split("## Mean accuracy (%)")[1].split("## Done-checks")[0]
+    assert table.count("| fes_no_cp |") == 1 and table.count("| fedfsl_bias |") == 1, table
+
+
 def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path):
     """movie_sentiment tuned nothing: not in the default matrix, planned with its own data keys
     when named, and its report counts its own matrix and names it held out."""

@@ -871,7 +871,7 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     if cells:
         names = list(cells)
         ordered = [m for m in METHODS if any(m in cells[d] for d in names)]
-        ordered += [m for d in names for m in cells[d] if m not in ordered]
+        ordered += list(dict.fromkeys(m for d in names for m in cells[d] if m not in ordered))  # each once
         lines += ["## Mean accuracy (%)", "", "| method | " + " | ".join(names) + " |",
                   "|---|" + "---|" * len(names)]
         for m in ordered:
