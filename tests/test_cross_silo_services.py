@@ -107,20 +107,23 @@ def test_wrong_s3_credentials_are_refused(tmp_path):
         service.stop()
 
 
-@pytest.mark.parametrize("in_loop_thread", [True, False])
-def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, in_loop_thread):
-    """FedML runs paho's loop_forever on the main thread and our deferred stop disconnects from
-    another one; paho then wrote the DISCONNECT and closed the socket from that thread, under
-    the loop's feet ("OSError: [Errno 9] Bad file descriptor", a finished silo with exit code 1
-    in CI). Through `disconnect_in_loop_thread` the loop thread closes its own socket and
-    loop_forever returns cleanly; without it the caller closes it (the race's precondition)."""
+def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, monkeypatch):
+    """FedML runs paho's loop_forever on the main thread and our deferred stop (the flushing shim)
+    runs FedML's stop from another one; paho then wrote the DISCONNECT and closed the socket from
+    that thread, under the loop's feet ("OSError: [Errno 9] Bad file descriptor": a finished silo
+    with exit code 1, once in CI). Now the loop thread closes its own socket and loop_forever
+    returns cleanly. The shim runs here as FedMLRunner's silo runs it, on a real broker."""
     import threading
     from types import SimpleNamespace
 
     import paho.mqtt.client as paho
-    from fedml_fes_plugins.cross_silo.transport import disconnect_in_loop_thread
+    from fedml_fes_plugins.cross_silo import transport  # imports FedML quietly
+    from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
 
-    client = paho.Client(client_id=f"fes-stop-test-{in_loop_thread}", clean_session=True)
+    cls = mqtt_s3.MqttS3MultiClientsCommManager
+    monkeypatch.setattr(cls, "stop_receive_message", cls.stop_receive_message)  # undone after the test
+    transport.use_flushing_mqtt_stop()
+    client = paho.Client(client_id="fes-stop-test", clean_session=True)
     connected, closers, ended = threading.Event(), [], {}
     client.on_connect = lambda *_a: connected.set()
     close = client._sock_close
@@ -137,12 +140,12 @@ def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, i
     loop_thread = threading.Thread(target=loop, name="paho-loop", daemon=True)
     loop_thread.start()
     assert connected.wait(10)
-    manager = SimpleNamespace(mqtt_mgr=SimpleNamespace(_client=client))
-    if in_loop_thread:
-        with disconnect_in_loop_thread(manager):
-            client.disconnect()
-    else:
-        client.disconnect()
+    with client._in_callback_mutex:  # on_connect has returned: the loop is idle in select()
+        pass
+    # FedML's manager as its stop (mqtt_s3_multi_clients_comm_manager.py:334-337) reads it
+    manager = SimpleNamespace(mqtt_mgr=SimpleNamespace(_client=client, loop_stop=client.loop_stop,
+                                                       disconnect=client.disconnect))
+    cls.stop_receive_message(manager).join(timeout=30)
     loop_thread.join(timeout=10)
     assert not loop_thread.is_alive() and "error" not in ended, ended
-    assert closers and closers[0] == ("paho-loop" if in_loop_thread else threading.current_thread().name), closers
+    assert closers == ["paho-loop"], closers
