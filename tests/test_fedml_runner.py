@@ -278,10 +278,10 @@ def _rank_processes(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[sub
     """mpi/fedml_fes_main.py as one process per rank (gRPC: per ipconfig row; MQTT_S3: silo_num 2):
     [server, silo 1, silo 2] and their outputs. Silos start first: they must wait for the server."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf", str(cf),
-                               "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)]
-    procs = [procs[2], procs[0], procs[1]]  # rank order
+    by_rank = {r: subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf",
+                                    str(cf), "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)}
+    procs = [by_rank[r] for r in sorted(by_rank)]
     try:
         return procs, [p.communicate(timeout=timeout_s)[0] for p in procs]
     finally:

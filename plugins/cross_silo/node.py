@@ -17,7 +17,7 @@ from typing import Any, Callable
 from fedml_fes.errors import one_line
 
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
-from fedml_fes_plugins.cross_silo.transport import disconnect_in_loop_thread, flush_mqtt, make_grpc_manager
+from fedml_fes_plugins.cross_silo.transport import flush_then_stop, make_grpc_manager
 from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
@@ -91,11 +91,8 @@ class QueuedCommManager(FedMLCommManager):
         if self._finished:
             return
         self._finished = True
-        if self.backend == "MQTT_S3":
-            flush_mqtt(self.com_manager)
         try:
-            with disconnect_in_loop_thread(self.com_manager):  # the receive thread closes its own socket
-                self.finish()
+            flush_then_stop(self.com_manager, self.finish)  # the receive thread closes its own socket
         except Exception as e:
             log.warning("closing the %s connection: %s", self.backend, one_line(e))
         time.sleep(0.05)

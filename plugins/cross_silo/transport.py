@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fedml_fes.config import FesConfig
 
@@ -164,6 +164,15 @@ def disconnect_in_loop_thread(com_manager: Any) -> Iterator[None]:
         yield
 
 
+def flush_then_stop(com_manager: Any, stop: Callable[[], None], timeout_s: float = 3.0) -> None:
+    """Close a connection as a FedML sender must: let the last QoS>0 messages leave
+    (`flush_mqtt`, bounded), then run `stop` with the socket left to paho's loop
+    (`disconnect_in_loop_thread`). For gRPC both halves do nothing and `stop` runs as is."""
+    flush_mqtt(com_manager, timeout_s=timeout_s)
+    with disconnect_in_loop_thread(com_manager):
+        stop()
+
+
 def use_flushing_mqtt_stop() -> None:
     """FedML 0.9.6's silo says FINISHED and disconnects at once
     (`cross_silo/client/fedml_client_master_manager.py:162-165`): the status is published at
@@ -182,11 +191,8 @@ def use_flushing_mqtt_stop() -> None:
         return
 
     def stop_receive_message(self) -> threading.Thread:
-        def flush_then_stop() -> None:
-            flush_mqtt(self, timeout_s=MQTT_FLUSH_S)
-            with disconnect_in_loop_thread(self):
-                original(self)
-        worker = threading.Thread(target=flush_then_stop, name="fes-mqtt-stop")  # not a daemon: it must run
+        worker = threading.Thread(target=flush_then_stop, args=(self, lambda: original(self), MQTT_FLUSH_S),
+                                  name="fes-mqtt-stop")  # not a daemon: it must run
         worker.start()
         return worker
 
