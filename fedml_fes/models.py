@@ -62,7 +62,7 @@ def max_positions(name: str) -> tuple[int | None, str]:
             config = json.loads((Path(path) / "config.json").read_text())
         else:
             from transformers import AutoConfig
-            with _quiet_transformers():
+            with quiet_transformers():
                 config = AutoConfig.from_pretrained(path, local_files_only=True).to_dict()  # no network wait
             where = f"{name}'s config"
     except Exception:  # unreadable here: the model load names the problem
@@ -80,8 +80,9 @@ def max_positions(name: str) -> tuple[int | None, str]:
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Silence the 'newly initialized weights' report: new heads are expected here."""
+def quiet_transformers() -> Iterator[None]:
+    """Silence the 'newly initialized weights' report (new heads are expected here) and the
+    weight-loading bar, which would land in the middle of a run's round lines."""
     before = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
@@ -97,7 +98,7 @@ def _quiet_transformers() -> Iterator[None]:
 def _load(fn, name: str, **kwargs):
     path = resolve_model_path(name)
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             return fn(path, **kwargs)
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -127,7 +128,7 @@ def skeleton(name: str, masked_lm: bool, num_labels: int = 2) -> PreTrainedModel
     config = _load(AutoConfig.from_pretrained, name)
     if not masked_lm:
         config.num_labels = num_labels
-    with _quiet_transformers(), torch.device("meta"):
+    with quiet_transformers(), torch.device("meta"):
         return (AutoModelForMaskedLM if masked_lm else AutoModelForSequenceClassification).from_config(config)
 
 

@@ -617,3 +617,12 @@ def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_mo
     trial_calls = [c for c in calls if {f"client {t}" for t in trials} & set(c)]
     assert trial_calls and all(main_names <= set(c) for c in trial_calls)
     assert set(calls[-1]) == main_names  # the global model: the main updates only
+
+
+def test_loading_the_filtering_proxy_prints_no_weight_loading_bar(capfd):
+    """The proxy loads at a run's first labeling event; transformers' 'Loading weights' bar
+    landed between the round lines (seen in the demo's FeS rounds)."""
+    from fedml_fes.pseudo.filtering import ProxyEmbedder
+    assert ProxyEmbedder("offline:all-MiniLM-L6-v2").embed(["a short text"]).shape == (1, 384)
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in out + err, err[-500:]

@@ -56,12 +56,12 @@ def load_cached_info(cfg: FesConfig) -> dict[str, Any] | None:
 
 def save_mlm(model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", cfg: FesConfig,
              info: dict[str, Any]) -> Path:
-    from ..models import _quiet_transformers  # no "Writing model shards" bar inside our own output
+    from ..models import quiet_transformers  # no "Writing model shards" bar inside our own output
 
     final = mlm_cache_path(cfg)
     tmp = final.with_name(final.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    with _quiet_transformers():
+    with quiet_transformers():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     (tmp / INFO_FILE).write_text(json.dumps({**info, "path": str(final)}, indent=2))

@@ -106,9 +106,10 @@ class ProxyEmbedder:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from ..models import resolve_model_path
+            from ..models import quiet_transformers, resolve_model_path
             try:
-                self._model = SentenceTransformer(resolve_model_path(self.name), device=self.device)
+                with quiet_transformers():
+                    self._model = SentenceTransformer(resolve_model_path(self.name), device=self.device)
             except OSError as e:
                 raise FesError(f"cannot load the filtering proxy '{self.name}': {str(e).splitlines()[0]}") from None
             if self.max_len:

@@ -20,7 +20,7 @@ import torch
 from ..config import FesConfig
 from ..data.federated import FederatedData, LabelOracle, build_federated_data
 from ..errors import FesError, one_line
-from ..models import _quiet_transformers, build_classifier, build_masked_lm, load_tokenizer
+from ..models import quiet_transformers, build_classifier, build_masked_lm, load_tokenizer
 from ..pretrain.mlm import sentence_chunks, set_dropout
 from ..report.metrics import RunRecorder, format_row
 from .parts import ClientPart, load_merged, params_of, split_model
@@ -200,7 +200,7 @@ class SplitRun:
             extra["bytes_per_step"] = self.server.traffic.total("activations", "gradients") / steps
         if status == "completed" and s.save_model:
             out = self.run_dir / "model"
-            with _quiet_transformers():  # no progress bar for one small file
+            with quiet_transformers():  # no progress bar for one small file
                 load_merged(copy.deepcopy(self.model), self.server.client_part, self.server.body,
                             s.client_layers).save_pretrained(out)
                 self.tok.save_pretrained(out)
