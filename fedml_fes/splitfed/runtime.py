@@ -20,7 +20,7 @@ import torch
 from ..config import FesConfig
 from ..data.federated import FederatedData, LabelOracle, build_federated_data
 from ..errors import FesError, one_line
-from ..models import quiet_transformers, build_classifier, build_masked_lm, load_tokenizer
+from ..models import build_classifier, build_masked_lm, load_tokenizer, quiet_transformers
 from ..pretrain.mlm import sentence_chunks, set_dropout
 from ..report.metrics import RunRecorder, format_row
 from .parts import ClientPart, load_merged, params_of, split_model
