@@ -35,6 +35,20 @@ def _wait_for_rows(proc: subprocess.Popen, run_dir: Path, rows: int, timeout: fl
     raise AssertionError(f"no {rows} rounds within {timeout}s")
 
 
+def _wait_for_checkpoint(run_dir: Path, rounds: int, timeout: float = 120) -> None:
+    """A round's metrics row is written just before its checkpoint; under CPU load a signal
+    could land between the two (a loaded test run saw 2 rows and a round-0 checkpoint): wait for both."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if load_checkpoint(run_dir)["round"] + 1 >= rounds:
+                return
+        except Exception:  # not written yet, or being replaced
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint of {rounds} rounds within {timeout}s")
+
+
 def _processes_naming(text: str) -> list[int]:
     """Live processes whose command line contains `text` (this run's unique run directory)."""
     found = []
@@ -79,6 +93,7 @@ def test_a_signal_stops_run_with_a_summary_and_one_line(tmp_path, tiny_model_dir
     run_dir = tmp_path / "run"
     proc = _start(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"])
     _wait_for_rows(proc, run_dir, 2)
+    _wait_for_checkpoint(run_dir, 2)
     proc.send_signal(signum)
     code, _out, err = _finish(proc, timeout=60)
     _assert_interrupted(code, err, run_dir, signum)
