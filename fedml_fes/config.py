@@ -44,6 +44,9 @@ class CommonConfig:
     output_dir: str = "runs"  # run directories are created below it
     cache_dir: str = ""  # empty: <output_dir>/cache (e.g. the federated MLM build)
     torch_threads: int = 0  # 0: torch's default; pin it to compare runtimes bit for bit
+    # forward passes in float32 or under bfloat16 autocast; auto: bfloat16 where the hardware
+    # has it (CUDA, CPUs with AMX / AVX-512 BF16), else float32 (fedml_fes/precision.py)
+    precision: str = "auto"
 
 
 @dataclass
@@ -799,6 +802,8 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
            f"common_args.training_type must be simulation or cross_silo, got '{c.training_type}'")
     _check(c.random_seed >= 0, f"common_args.random_seed must be >= 0, got {c.random_seed}")
     _check(c.torch_threads >= 0, f"common_args.torch_threads must be >= 0 (0 = torch default), got {c.torch_threads}")
+    _check(c.precision in ("auto", "float32", "bfloat16"),
+           f"common_args.precision must be auto, float32 or bfloat16, got '{c.precision}'")
     d.dataset = DATASET_ALIASES.get(d.dataset, d.dataset)
     _check(d.dataset in DATASETS, f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)} "
                                   f"(also: {', '.join(DATASET_ALIASES)})")

@@ -39,6 +39,82 @@ def save_tiny_bert(path: Path, hidden: int) -> str:
     return str(path)
 
 
+def save_tiny_llama(path: Path, layers: int = 3, hidden: int = 32) -> str:
+    """A randomly initialised Llama-architecture causal LM (no biases, tied head) with the MiniLM
+    tokenizer, saved as an HF folder: the causal prompt path without a download."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from fedml_fes.config import OFFLINE_MINILM
+    from fedml_fes.models import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def save_tiny_gguf(path: Path):
+    """A randomly initialised 2-layer Llama written as a float32 GGUF file (byte-level BPE
+    tokenizer, q/k rows permuted as llama.cpp's converter does); returns (path, the model)."""
+    import gguf
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    def permute(w, heads):
+        return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    tokens = list(bytes_to_unicode().values()) + ["he", "<|endoftext|>"]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokens), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True, rms_norm_eps=1e-5)
+    model = LlamaForCausalLM(cfg).eval()
+    sd = {k: v.numpy() for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_context_length(128)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(64)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges(["h e"])
+    for add in (w.add_eos_token_id, w.add_bos_token_id, w.add_pad_token_id):
+        add(len(tokens) - 1)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    names = {"attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj",
+             "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
+             "ffn_norm": "post_attention_layernorm"}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], 4))
+        w.add_tensor(f"blk.{i}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], 2))
+        for ours, theirs in names.items():
+            w.add_tensor(f"blk.{i}.{ours}.weight", sd[p + theirs + ".weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> str:
+    """3 Llama layers, hidden 32."""
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """2 layers, hidden 32."""

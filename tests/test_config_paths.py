@@ -131,18 +131,18 @@ def test_mlm_on_job_data_builds_the_recipe_on_the_jobs_own_data(tmp_path):
     recipe = REPO / "run_configs" / "mlm_fedbert_bbc.yaml"
     job = {"model_args.mlm_from": str(recipe), "train_args.method": "fes", "common_args.random_seed": 3,
            "data_args.dataset": "trec", "data_args.client_num_in_total": 100}
-    as_recipe = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml",
+    as_recipe = mlm_build_config(load_config(REPO / "run_configs" / "fidelity_minilm.yaml",
                                              {**job, "model_args.mlm_on_job_data": False}))
     assert as_recipe.data.dataset == "bbc_news"  # unset: the recipe's own data
-    own = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml", job))  # the fidelity config sets it
+    own = mlm_build_config(load_config(REPO / "run_configs" / "fidelity_minilm.yaml", job))  # the fidelity config sets it
     assert (own.data.dataset, own.data.client_num_in_total) == ("trec", 100)
     assert own.train == as_recipe.train and own.mlm == as_recipe.mlm and own.common.random_seed == 0
     assert mlm_cache_key(own) != mlm_cache_key(as_recipe)
-    seed_5 = mlm_build_config(load_config(REPO / "run_configs" / "fidelity.yaml",
+    seed_5 = mlm_build_config(load_config(REPO / "run_configs" / "fidelity_minilm.yaml",
                                           {**job, "model_args.mlm_on_job_data": True, "common_args.random_seed": 5}))
     assert mlm_cache_key(seed_5) == mlm_cache_key(own)  # every seed of the dataset shares the build
     with pytest.raises(FesError, match="model_args.mlm_on_job_data needs model_args.mlm_from"):
-        load_config(REPO / "run_configs" / "fidelity.yaml", {"model_args.mlm_from": "", "model_args.mlm_on_job_data": True})
+        load_config(REPO / "run_configs" / "fidelity_minilm.yaml", {"model_args.mlm_from": "", "model_args.mlm_on_job_data": True})
 
 
 def test_run_config_yaml_stores_absolute_paths(tmp_path, monkeypatch):

@@ -224,11 +224,11 @@ def _example(tmp_path, tiny_model_dir, **overrides):
 @pytest.mark.parametrize("method", ["fes", "prompt_only"])
 def test_example_config_dry_run(tmp_path, tiny_model_dir, method):
     cfg = _example(tmp_path, tiny_model_dir, **{"train_args.method": method})
-    assert cfg.prompt.pattern == "{text_a} All in all, it was {mask}."  # the example's own PVP
+    assert cfg.prompt.pattern == "{text_a} All in all, it was {mask}"  # the example's own PVP
     lines = preview_run(cfg)
     text = "\n".join(lines)
     assert "data: custom, 30 training texts, 9 test, 3 classes (negative, neutral, positive)" in text
-    assert "prompt: '{text_a} All in all, it was {mask}.', verbalizer negative -> bad, neutral -> okay, " \
+    assert "prompt: '{text_a} All in all, it was {mask}', verbalizer negative -> bad, neutral -> okay, " \
            "positive -> good" in text
     assert f"method: {method}," in text and not (tmp_path / "runs").exists()
 

@@ -85,7 +85,7 @@ def test_csv_has_exactly_the_columns_and_one_row_per_run(tmp_path):
     path = fid.write_csv(rows, tmp_path / "r" / "fidelity.csv")
     read = list(csv.DictReader(path.open()))
     assert list(read[0]) == ["dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up",
-                             "emulated_hours"]
+                             "emulated_hours", "model", "device"]
     assert len(read) == 45 and read[0]["dataset"] == "agnews" and float(read[0]["accuracy"]) == 0.5
 
 
@@ -124,7 +124,7 @@ def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path
     cfg = run_config(plan, "fes", 0)
     assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern_id) == ("movie_sentiment", 100, 0)
     from fedml_fes.prompt.pvp import get_pvp
-    assert get_pvp("movie_sentiment").pattern(0) == "It was {mask}. {text_a}"
+    assert get_pvp("movie_sentiment").pattern(0, causal=True) == "{text_a}\nAll in all, the movie was {mask}"
     text = fid.render(_rows(GOOD, datasets=("movie_sentiment",)), "x", "2026-11-30 10:00", tmp_path, {})
     assert "Completed runs: 15 (the full matrix is 15: 1 datasets" in text
     assert "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): movie_sentiment" in text
@@ -198,7 +198,8 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
     cfg = load_config(REPO / "run_configs" / "fidelity.yaml")
     assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
     assert cfg.train.frequency_of_the_test == cfg.train.comm_round
-    assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300 and cfg.model.mlm_from
+    assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300
+    assert cfg.model.model == "offline:smollm2-135m" and not cfg.model.mlm_from  # a real LM, no head to build
     agnews = tmp_path / "agnews"
     agnews.mkdir()
     o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"),

@@ -6,7 +6,8 @@ Prompt-only and FedFSL differ only in their adapter and data, not in their loops
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+import contextlib
+from typing import Callable, ContextManager, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -59,8 +60,12 @@ class PromptAdapter:
 
 def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
                    targets: np.ndarray, *, epochs: int, batch_size: int, lr: float, weight_decay: float,
-                   generator: torch.Generator, device: torch.device) -> dict[str, float]:
+                   generator: torch.Generator, device: torch.device,
+                   autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard).
+
+    `autocast` (precision.autocast_for) wraps each forward pass and loss; the backward pass
+    and the optimizer step run outside it, on float32 weights.
 
     A fresh AdamW per call, as clients in FedAvg do not keep optimizer state across rounds.
     A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
@@ -71,7 +76,8 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
         for start in range(0, len(texts_a), batch_size):
             b = list(texts_b[start:start + batch_size]) if texts_b is not None else None
             batch = adapter.batch(list(texts_a[start:start + batch_size]), b)
-            model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
+            with autocast():
+                model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -83,8 +89,9 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
             idx = order[start:start + batch_size]
             b = [texts_b[i] for i in idx] if texts_b is not None else None
             batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
-            logp = torch.log_softmax(adapter.logits(model, batch), dim=-1)
-            loss = -(y[idx].to(device) * logp).sum(-1).mean()
+            with autocast():
+                logp = torch.log_softmax(adapter.logits(model, batch).float(), dim=-1)
+                loss = -(y[idx].to(device) * logp).sum(-1).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -95,7 +102,8 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
 
 @torch.no_grad()
 def predict_proba(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
-                  *, batch_size: int, device: torch.device) -> np.ndarray:
+                  *, batch_size: int, device: torch.device,
+                  autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> np.ndarray:
     """Class probabilities (N x C); texts sorted by length so padding stays small."""
     model.eval()
     order = np.argsort([len(t) for t in texts_a], kind="stable")
@@ -104,7 +112,9 @@ def predict_proba(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], te
         idx = order[start:start + batch_size]
         b = [texts_b[i] for i in idx] if texts_b is not None else None
         batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
-        probs = torch.softmax(adapter.logits(model, batch).float(), dim=-1).cpu().numpy()
+        with autocast():
+            logits = adapter.logits(model, batch)
+        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
         if out is None:
             out = np.empty((len(texts_a), probs.shape[1]), dtype=np.float32)
         out[idx] = probs

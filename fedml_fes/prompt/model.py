@@ -1,9 +1,16 @@
-"""Prompt inputs and the prompt model: class logits = MLM logits of verbalizer words at the mask.
+"""Prompt inputs and the prompt models: class logits = LM logits of the verbalizer words at the slot.
 
-Only what is needed is computed: the MLM head runs at the one mask position per example,
-and only the verbalizer rows of the vocabulary projection are used (the full projection at
-every position makes a MiniLM training step about 2x slower). Batches are padded to their
-longest member, not to max_len. Texts are truncated, never the pattern.
+Two backbones, one interface (a batch in, class logits out):
+- a masked LM (`PromptMLM`): the logits at the one mask token;
+- a causal LM (`PromptCausalLM`): the next-token logits at the last prompt position, so the
+  slot must end the pattern (`{text_a} Topic: {mask}`); no mask token is inserted.
+Either way the batch carries `mask_pos`, the position whose hidden state is read (each row's
+last real token for a causal LM: batches are right-padded).
+
+Only what is needed is computed: the head runs at that one position per example, and only
+the verbalizer rows of the vocabulary projection are used (the full projection at every
+position makes a MiniLM training step about 2x slower). Batches are padded to their longest
+member, not to max_len. Texts are truncated, never the pattern.
 """
 from __future__ import annotations
 
@@ -30,11 +37,18 @@ def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], li
 
 
 class PromptEncoder:
-    """Turns (text_a, text_b) into pattern token ids with exactly one mask token."""
+    """Turns (text_a, text_b) into pattern token ids: with exactly one mask token (masked LM),
+    or ending where the verbalizer word would come next (causal=True)."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, pattern: str, max_len: int):
-        if tokenizer.mask_token_id is None:
-            raise FesError("the tokenizer has no mask token: prompt learning needs a masked LM")
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, pattern: str, max_len: int, causal: bool = False):
+        self.causal = causal
+        if causal:
+            if pattern.rstrip().endswith("{mask}") is False:
+                raise FesError(f"pattern {pattern!r} must end with {{mask}} for a causal LM (it predicts the "
+                               f"verbalizer word as the next token)")
+        elif tokenizer.mask_token_id is None:
+            raise FesError("the tokenizer has no mask token: use a causal-LM pattern ending in {mask} "
+                           "with a causal LM, or a masked LM")
         self.tok = tokenizer
         self.max_len = max_len
         self.parts: list[tuple[str, list[int] | None, bool]] = []  # (kind, literal ids, leading space)
@@ -43,15 +57,18 @@ class PromptEncoder:
             if kind == "lit":
                 text = value.strip()
                 lead = i > 0 and value[:1].isspace()
-                if text:
-                    ids = tokenizer((" " if lead else "") + text, add_special_tokens=False)["input_ids"]
+                if text:  # a newline before a literal stays one ("{text_a}\nTopic: {mask}")
+                    sep = "\n" if value.lstrip(" ")[:1] == "\n" else " "
+                    ids = tokenizer((sep if lead else "") + text, add_special_tokens=False)["input_ids"]
                     self.parts.append(("lit", ids, lead))
                 space_before = value[-1:].isspace() if value else False
             else:
                 self.parts.append((kind, None, i > 0 and (space_before or kind != "mask")))
                 space_before = False
-        self.fixed = sum(len(ids) for k, ids, _ in self.parts if k == "lit") + 1  # + the mask
+        self.fixed = sum(len(ids) for k, ids, _ in self.parts if k == "lit") + (0 if causal else 1)  # the mask
         self.prefix, self.suffix = _special_template(tokenizer)
+        if causal:  # nothing after the last prompt token (no EOS): the next token is the class word
+            self.suffix = []
         self.fixed += len(self.prefix) + len(self.suffix)
         if self.fixed >= max_len:
             raise FesError(f"pattern {pattern!r} needs {self.fixed} tokens, more than max_seq_length={max_len}")
@@ -78,7 +95,7 @@ class PromptEncoder:
         body: list[int] = []
         for kind, lit, _ in self.parts:
             body += lit if kind == "lit" else a if kind == "text_a" else b if kind == "text_b" \
-                else [self.tok.mask_token_id]
+                else [] if self.causal else [self.tok.mask_token_id]
         return self.prefix + body + self.suffix
 
     def batch(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> dict[str, torch.Tensor]:
@@ -90,7 +107,10 @@ class PromptEncoder:
         for i, r in enumerate(rows):
             input_ids[i, :len(r)] = torch.tensor(r)
             attention[i, :len(r)] = 1
-        mask_pos = (input_ids == self.tok.mask_token_id).int().argmax(dim=1)
+        if self.causal:
+            mask_pos = attention.sum(dim=1) - 1  # each row's last real token
+        else:
+            mask_pos = (input_ids == self.tok.mask_token_id).int().argmax(dim=1)
         return {"input_ids": input_ids, "attention_mask": attention, "mask_pos": mask_pos}
 
 
@@ -118,9 +138,17 @@ class PromptMLM(nn.Module):
     def __init__(self, mlm: PreTrainedModel, verbalizer_ids: list[int]):
         super().__init__()
         self.mlm = mlm
+        self._init_prompt(verbalizer_ids)
+        self._parts = _head_parts(mlm)
+
+    @property
+    def backbone(self) -> PreTrainedModel:
+        """The wrapped language model (adapters, the frozen-bottom split and payloads see it)."""
+        return self.mlm
+
+    def _init_prompt(self, verbalizer_ids: list[int]) -> None:
         self.register_buffer("verbalizer_ids", torch.tensor(verbalizer_ids, dtype=torch.long), persistent=False)
         self.class_bias = nn.Parameter(torch.zeros(len(verbalizer_ids)))
-        self._parts = _head_parts(mlm)
         self.split = None  # a tuning.split.FrozenBottom when the bottom layers are frozen
 
     def freeze_vocab_bias(self) -> None:
@@ -155,4 +183,45 @@ class PromptMLM(nn.Module):
         logits = h @ decoder.weight[self.verbalizer_ids].T
         if decoder.bias is not None:
             logits = logits + decoder.bias[self.verbalizer_ids]
+        return logits + self.class_bias
+
+
+class PromptCausalLM(PromptMLM):
+    """Any AutoModelForCausalLM + verbalizer ids -> class logits: the next-token logits of the
+    verbalizer words' first tokens at each row's last prompt position (`mask_pos`).
+
+    Only those rows of the output projection are computed; a model that soft-caps its final
+    logits (Gemma) gets the same cap. The tied output embedding is the input embedding, which
+    the layer plans treat as the bottom (frozen unless everything trains)."""
+
+    def __init__(self, lm: PreTrainedModel, verbalizer_ids: list[int]):
+        nn.Module.__init__(self)
+        self.lm = lm
+        self._init_prompt(verbalizer_ids)
+        self._parts = None
+        self._softcap = getattr(getattr(lm.config, "get_text_config", lambda: lm.config)(),
+                                "final_logit_softcapping", None)
+
+    @property
+    def backbone(self) -> PreTrainedModel:
+        return self.lm
+
+    def freeze_vocab_bias(self) -> None:
+        out = self.lm.get_output_embeddings()
+        if out is not None and getattr(out, "bias", None) is not None:
+            out.bias.requires_grad_(False)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_pos: torch.Tensor) -> torch.Tensor:
+        if self.split is not None:
+            hidden = self.split(input_ids, attention_mask)
+        else:
+            hidden = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                                        use_cache=False).last_hidden_state
+        last = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
+        out = self.lm.get_output_embeddings()
+        logits = last @ out.weight[self.verbalizer_ids].T
+        if getattr(out, "bias", None) is not None:
+            logits = logits + out.bias[self.verbalizer_ids]
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
         return logits + self.class_bias

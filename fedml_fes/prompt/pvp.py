@@ -1,7 +1,9 @@
 """Pattern-verbalizer pairs (PET's idea): turn classification into filling one mask.
 
 A pattern is a string with `{text_a}`, optionally `{text_b}`, and exactly one `{mask}`;
-a verbalizer maps each class to one word. The registry holds the patterns used in the
+a verbalizer maps each class to one word. A causal LM reads the word as the next token, so
+its patterns end with `{mask}`: every built-in pair has such causal forms too
+(`PVP.causal_patterns`), chosen before any run, never by test accuracy. The registry holds the patterns used in the
 literature (PET, Schick & Schütze 2021) for AG News, Yahoo, Yelp-F and MNLI, plus ours for
 BBC News, TREC-6, SNLI and movie-review sentiment; users add their own in YAML (`prompt_args`).
 
@@ -28,13 +30,21 @@ class PVP:
     verbalizers: tuple[dict[str, str], ...]  # one or more label->word maps
     # pattern id -> verbalizer index (PET's MNLI patterns 2, 3 reuse 0, 1 with Yes/No words)
     verbalizer_of_pattern: tuple[int, ...] = ()
+    # causal-LM forms (slot last) and their verbalizer, when it differs from the first one
+    causal_patterns: tuple[str, ...] = ()
+    causal_verbalizer: dict[str, str] | None = None
 
-    def pattern(self, pattern_id: int) -> str:
-        if not 0 <= pattern_id < len(self.patterns):
-            raise FesError(f"prompt_args.pattern_id {pattern_id} does not exist (0..{len(self.patterns) - 1})")
-        return self.patterns[pattern_id]
+    def pattern(self, pattern_id: int, causal: bool = False) -> str:
+        patterns = self.causal_patterns if causal else self.patterns
+        if not 0 <= pattern_id < len(patterns):
+            kind = "causal-LM " if causal else ""
+            raise FesError(f"prompt_args.pattern_id {pattern_id} does not exist for this {kind}pattern set "
+                           f"(0..{len(patterns) - 1})")
+        return patterns[pattern_id]
 
-    def verbalizer(self, pattern_id: int) -> dict[str, str]:
+    def verbalizer(self, pattern_id: int, causal: bool = False) -> dict[str, str]:
+        if causal:
+            return self.causal_verbalizer or self.verbalizers[0]
         idx = self.verbalizer_of_pattern[pattern_id] if self.verbalizer_of_pattern else 0
         return self.verbalizers[idx]
 
@@ -43,32 +53,48 @@ _NEWS6 = ("{mask}: {text_a} {text_b}", "{mask} News: {text_a} {text_b}", "{text_
           "{text_a} {text_b} ( {mask} )", "[ Category: {mask} ] {text_a} {text_b}", "{mask} - {text_a} {text_b}")
 _NLI4 = ('"{text_a}" ? {mask}, "{text_b}"', "{text_a} ? {mask}, {text_b}",
          '"{text_a}" ? {mask}, "{text_b}"', "{text_a} ? {mask}, {text_b}")
+# causal forms: the text, then a cue that the class word comes next
+_NEWS_CAUSAL = ("{text_a} {text_b}\nTopic: {mask}", "{text_a} {text_b}\nThis news article is about {mask}",
+                "News: {text_a} {text_b}\nCategory: {mask}")
+_NLI_CAUSAL = ('"{text_a}"\nQuestion: does this imply "{text_b}"? Yes, no or maybe? Answer: {mask}',
+               "{text_a}\nQuestion: {text_b} Yes, no or maybe? Answer: {mask}")
 _NLI_WORDS = ({"contradiction": "Wrong", "entailment": "Right", "neutral": "Maybe"},
               {"contradiction": "No", "entailment": "Yes", "neutral": "Maybe"})
 
 REGISTRY: dict[str, PVP] = {
-    "agnews": PVP(_NEWS6, ({"World": "World", "Sports": "Sports", "Business": "Business", "Sci/Tech": "Tech"},)),
+    "agnews": PVP(_NEWS6, ({"World": "World", "Sports": "Sports", "Business": "Business", "Sci/Tech": "Tech"},),
+                  causal_patterns=_NEWS_CAUSAL,
+                  causal_verbalizer={"World": "World", "Sports": "Sports", "Business": "Business",
+                                     "Sci/Tech": "Technology"}),
     "yahoo_answers": PVP(tuple(p.replace("News:", "Question:") for p in _NEWS6), ({
         "Society & Culture": "Society", "Science & Mathematics": "Science", "Health": "Health",
         "Education & Reference": "Education", "Computers & Internet": "Computer", "Sports": "Sports",
         "Business & Finance": "Business", "Entertainment & Music": "Entertainment",
-        "Family & Relationships": "Relationship", "Politics & Government": "Politics"},)),
+        "Family & Relationships": "Relationship", "Politics & Government": "Politics"},),
+        causal_patterns=("{text_a} {text_b}\nTopic: {mask}", "Question: {text_a} {text_b}\nCategory: {mask}")),
     "yelp_review_full": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.",
                              "Just {mask}! {text_a}", "{text_a} In summary, the restaurant is {mask}."),
                             ({"1 star": "terrible", "2 stars": "bad", "3 stars": "okay", "4 stars": "good",
-                              "5 stars": "great"},)),
-    "mnli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
-    "snli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1)),
+                              "5 stars": "great"},),
+                            causal_patterns=("{text_a}\nAll in all, it was {mask}",
+                                             "{text_a}\nIn summary, the restaurant is {mask}")),
+    "mnli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1), _NLI_CAUSAL, _NLI_WORDS[1]),
+    "snli": PVP(_NLI4, _NLI_WORDS, (0, 0, 1, 1), _NLI_CAUSAL, _NLI_WORDS[1]),
     "bbc_news": PVP(_NEWS6, ({"business": "Business", "entertainment": "Entertainment", "politics": "Politics",
-                              "sports": "Sports", "tech": "Tech"},)),
+                              "sports": "Sports", "tech": "Tech"},), causal_patterns=_NEWS_CAUSAL,
+                    causal_verbalizer={"business": "Business", "entertainment": "Entertainment",
+                                       "politics": "Politics", "sports": "Sports", "tech": "Technology"}),
     "trec": PVP(("{mask} question: {text_a}", "{text_a} Answer type: {mask}.", "[ {mask} ] {text_a}",
                  "{text_a} ( {mask} )"),
                 ({"ABBR": "Abbreviation", "DESC": "Description", "ENTY": "Entity", "HUM": "Person",
-                  "LOC": "Location", "NUM": "Number"},)),
+                  "LOC": "Location", "NUM": "Number"},),
+                causal_patterns=("Question: {text_a}\nThe answer is a {mask}", "{text_a}\nAnswer type: {mask}")),
     # PET's Yelp patterns with a movie in place of the restaurant, and its polarity words
     "movie_sentiment": PVP(("It was {mask}. {text_a}", "{text_a} All in all, it was {mask}.", "Just {mask}! {text_a}",
                             "{text_a} In summary, the movie is {mask}."),
-                           ({"negative": "bad", "positive": "good"},)),
+                           ({"negative": "bad", "positive": "good"},),
+                           causal_patterns=("{text_a}\nAll in all, the movie was {mask}",
+                                            "Review: {text_a}\nSentiment: {mask}")),
 }
 
 

@@ -21,14 +21,15 @@ from ..config import FesConfig
 from ..data.federated import ClientData, FederatedData
 from ..data.readers import LabeledTexts
 from ..errors import FesError
-from ..models import build_classifier, build_masked_lm, skeleton
+from ..models import build_classifier, build_masked_lm, build_prompt_lm, is_causal_lm, skeleton
+from ..precision import autocast_for
 from ..pretrain.cache import load_cached_info, save_mlm
 from ..pretrain.mlm import (build_steps, check_mlm_settings, frequent_vocab, init_vocab_bias, log_prior,
                             lr_factor, masked_token_accuracy, sentence_chunks, set_dropout, token_histogram,
                             tokenize_texts, train_mlm)
 from ..pretrain.source import resolve_mlm_path
 from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
-from ..prompt.model import PromptEncoder, PromptMLM
+from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
@@ -37,7 +38,7 @@ from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan, capacity_plan
 from ..tuning.autoconfig import (AdapterView, ProgressiveConfigurator, applied_view, load_view, set_lora_scaling,
                                 slice_update)
-from ..tuning.plan import apply_tuning, num_layers, plan_for
+from ..tuning.plan import add_zero_biases, apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
 
@@ -94,13 +95,28 @@ def candidate_fraction(cfg: FesConfig) -> float:
     return cfg.filter.candidate_fraction or CANDIDATE_FRACTIONS.get(cfg.data.dataset, 0.1)
 
 
-def pvp_for(cfg: FesConfig) -> tuple[str, dict[str, str]]:
-    """(pattern, verbalizer) from the YAML's own pair or the registry."""
+def pvp_for(cfg: FesConfig, causal: bool = False) -> tuple[str, dict[str, str]]:
+    """(pattern, verbalizer) from the YAML's own pair or the registry (its causal-LM forms for
+    a causal backbone)."""
     p = cfg.prompt
     if p.pattern:
         return p.pattern, dict(p.verbalizer)
     pvp: PVP = get_pvp(p.pvp or cfg.data.dataset)
-    return pvp.pattern(p.pattern_id), pvp.verbalizer(p.pattern_id)
+    return pvp.pattern(p.pattern_id, causal), pvp.verbalizer(p.pattern_id, causal)
+
+
+def build_prompt_model(cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
+                       weights: bool) -> tuple[PromptMLM, PromptAdapter]:
+    """The prompt model on the configured backbone (masked or causal LM) and its input adapter."""
+    causal = is_causal_lm(cfg.model.model)
+    pattern, verbalizer = pvp_for(cfg, causal)
+    ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
+    adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, cfg.model.max_seq_length, causal=causal))
+    if not weights:
+        lm = skeleton(cfg.model.model, masked_lm=True)
+    else:
+        lm = build_prompt_lm(cfg.model.model if causal else resolve_mlm_path(cfg), cfg.common.random_seed)
+    return (PromptCausalLM(lm, ids) if causal else PromptMLM(lm, ids)), adapter
 
 
 @dataclass
@@ -133,24 +149,20 @@ class FewShot:
         max_len = cfg.model.max_seq_length
         mode = self.tuning or cfg.model.tuning
         if self.prompt:
-            pattern, verbalizer = pvp_for(cfg)
-            ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
-            self.adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, max_len))
-            mlm = (build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed) if weights
-                   else skeleton(cfg.model.model, masked_lm=True))
-            model: nn.Module = PromptMLM(mlm, ids)
+            model, self.adapter = build_prompt_model(cfg, classes, tokenizer, weights)
         else:
             self.adapter = HeadAdapter(tokenizer, max_len)
             model = (build_classifier(cfg.model.model, len(classes), cfg.common.random_seed) if weights
                      else skeleton(cfg.model.model, masked_lm=False, num_labels=len(classes)))
         self.num_classes = len(classes)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
+        add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
         apply_tuning(model, mode, plan)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
             model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
             if weights and plan is not None and plan.frozen_bottom:
-                model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
+                model.split = FrozenBottom(model.backbone.base_model, plan.frozen_bottom)
         self.plan = plan
         self.bias_only = mode == "bias" or (plan is not None and plan.full_layers == 0)
         if weights:
@@ -180,7 +192,8 @@ class FewShot:
         t = cfg.train
         metrics = train_examples(model, self.adapter, texts_a, texts_b if any(texts_b) else None,
                                  np.concatenate(targets), epochs=t.epochs, batch_size=t.batch_size,
-                                 lr=t.learning_rate, weight_decay=t.weight_decay, generator=generator, device=device)
+                                 lr=t.learning_rate, weight_decay=t.weight_decay, generator=generator, device=device,
+                                 autocast=autocast_for(cfg.common.precision, device))
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(len(texts_a)), metrics
 
@@ -211,7 +224,8 @@ class FewShot:
         texts_b = _texts_b(pool)
         probs = predict_proba(model, self.adapter, [pool.texts[i] for i in candidates],
                               [texts_b[i] for i in candidates] if texts_b else None,
-                              batch_size=cfg.train.eval_batch_size, device=device)
+                              batch_size=cfg.train.eval_batch_size, device=device,
+                              autocast=autocast_for(cfg.common.precision, device))
         keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
         labels = PseudoLabels(example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
                               labels=[int(probs[i].argmax()) for i in keep],
@@ -221,7 +235,7 @@ class FewShot:
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
-                              device=device)
+                              device=device, autocast=autocast_for(cfg.common.precision, device))
         return {"test_acc": float((probs.argmax(1) == test.labels).mean()),
                 **class_report(probs.argmax(1), test.labels, self.num_classes)}
 
@@ -245,12 +259,7 @@ class AdapterTuning(FewShot):
     """
 
     def build_model(self, cfg, classes, tokenizer, weights: bool = True):
-        pattern, verbalizer = pvp_for(cfg)
-        ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
-        self.adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, cfg.model.max_seq_length))
-        mlm = (build_masked_lm(resolve_mlm_path(cfg), cfg.common.random_seed) if weights
-               else skeleton(cfg.model.model, masked_lm=True))
-        model = PromptMLM(mlm, ids)
+        model, self.adapter = build_prompt_model(cfg, classes, tokenizer, weights)
         self.num_classes = len(classes)
         a = cfg.adapter
         plan = adapter_plan(a, self.tuning, num_layers(model))
@@ -258,13 +267,13 @@ class AdapterTuning(FewShot):
         if a.configurator == "progressive":  # built at the largest capacity; views select from it
             self.start_view = AdapterView(plan.depth, plan.width)
             plan = capacity_plan(plan, a)
-        add_adapters(model.mlm, plan, cfg.common.random_seed)
+        add_adapters(model.backbone, plan, cfg.common.random_seed)
         if self.start_view is not None:
-            set_lora_scaling(model.mlm, a.alpha / self.start_view.width)
+            set_lora_scaling(model.backbone, a.alpha / self.start_view.width)
         model.freeze_vocab_bias()
         model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
         if weights and plan.frozen_bottom:
-            model.split = FrozenBottom(model.mlm.base_model, plan.frozen_bottom)
+            model.split = FrozenBottom(model.backbone.base_model, plan.frozen_bottom)
         self.plan = plan
         self.bias_only = False
         return model

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import FesConfig
-from ..models import load_tokenizer
+from ..models import is_causal_lm, load_tokenizer
 from ..pretrain.cache import load_cached_info
 from ..pretrain.source import mlm_build_config, mlm_origin
 from ..tuning.params import payload_bytes
@@ -55,7 +55,7 @@ def preview_run(cfg: FesConfig) -> list[str]:
         lines.append(f"MLM head: {mlm_origin(cfg.model.mlm_from, cfg.model.mlm_on_job_data)}, "
                      + ("cached" if cached else "built first (a one-time federated MLM run), then cached"))
     if getattr(method, "prompt", False):  # FedBERT's MLM build has no prompt
-        pattern, verbalizer = pvp_for(cfg)
+        pattern, verbalizer = pvp_for(cfg, is_causal_lm(cfg.model.model))
         lines.append(f"prompt: {pattern!r}, verbalizer " + ", ".join(f"{c} -> {verbalizer.get(c, '?')}"
                                                                       for c in data.classes[:8])
                      + (" ..." if len(data.classes) > 8 else ""))

@@ -82,8 +82,11 @@ class ServerSession:
     def complete(self) -> dict[str, Any]:
         extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
                                             {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
+        from ..precision import describe_device
         summary = self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
-                                       initial=self._initial(), test=self._test(), **extra)
+                                       initial=self._initial(), test=self._test(),
+                                       device=describe_device(self.job.device, self.job.cfg.common.precision),
+                                       **extra)
         self.closed = True
         self._plot()
         return summary

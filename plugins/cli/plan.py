@@ -41,14 +41,13 @@ def _probe(cfg: FesConfig, out: Path, rounds: int):
 
 
 def run_plan(cfg: FesConfig, opts) -> int:
-    from fedml_fes.models import build_masked_lm
-    from fedml_fes.pretrain.source import resolve_mlm_path
+    from fedml_fes.models import skeleton
     from fedml_fes.tuning.plan import num_layers
 
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     ensure_mlm_build(cfg)
-    total = num_layers(build_masked_lm(resolve_mlm_path(cfg), 0))
+    total = num_layers(skeleton(cfg.model.model, masked_lm=True))  # the depth, without reading weights
     max_depth = min(opts.max_depth or total, total)
     out = Path(opts.out or Path(cfg.common.output_dir) / "plan")
     out.mkdir(parents=True, exist_ok=True)

