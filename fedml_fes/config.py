@@ -302,6 +302,10 @@ class PacingConfig:
     # on it (adaptive pacing, AutoFedNLP's progressive configurator). 0: it scores on the training
     # labels, which a few rounds fit (accuracy 1.0): every trial then gains 0 and the cheapest wins
     val_holdout: float = 0.25
+    # what a trial's gain (delta_acc) is measured in on that validation set: accuracy (the paper's),
+    # or log_likelihood, the mean log-probability of the true labels, which still moves when every
+    # held-out label is already predicted right (16 labels from one or two skewed clients)
+    val_signal: str = "accuracy"
 
 
 @dataclass
@@ -899,6 +903,8 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
         _check(getattr(pa, key) > 0, f"pacing_args.{key} must be > 0, got {getattr(pa, key)}")
     _check(pa.theta >= 0, f"pacing_args.theta must be >= 0, got {pa.theta}")
     _check(0.0 <= pa.val_holdout < 1.0, f"pacing_args.val_holdout must be in [0, 1), got {pa.val_holdout}")
+    _check(pa.val_signal in ("accuracy", "log_likelihood"),
+           f"pacing_args.val_signal must be accuracy or log_likelihood, got '{pa.val_signal}'")
     _check(pa.val_examples >= 0, f"pacing_args.val_examples must be >= 0 (0: all gold labels), got {pa.val_examples}")
     if pa.grid is not None and not isinstance(pa.grid, list):
         raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")

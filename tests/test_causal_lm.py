@@ -13,6 +13,7 @@ from fedml_fes.precision import autocast_for, resolve_precision
 from fedml_fes.prompt.classifier import PromptAdapter, predict_proba
 from fedml_fes.prompt.model import PromptCausalLM, PromptEncoder
 from fedml_fes.prompt.pvp import REGISTRY, get_pvp
+from fedml_fes.runtime.methods import get_method
 from fedml_fes.tuning.params import trainable_state
 from fedml_fes.tuning.plan import add_zero_biases, apply_tuning, num_layers, plan_for
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom
@@ -226,3 +227,17 @@ def test_an_unknown_packaged_name_is_one_line(tmp_path):
     from fedml_fes.models import resolve_model_path
     with pytest.raises(FesError, match="unknown packaged model 'offline:nope'"):
         resolve_model_path("offline:nope")
+
+
+@pytest.mark.parametrize("method", ["lora", "adapter"])
+def test_adapters_go_into_a_decoders_layers(tmp_path, tiny_llama_dir, method):
+    from fedml_fes.data.federated import build_federated_data
+    raw = small_config(tmp_path, tiny_llama_dir, train_args={"method": method}, prompt_args={"pattern_id": 0},
+                       adapter_args={"width": 4})
+    cfg = config_from_dict(raw)
+    data, _ = build_federated_data(cfg)
+    m = get_method(method)
+    model = m.build_model(cfg, data.classes, load_tokenizer(tiny_llama_dir))
+    sent = trainable_state(model)
+    assert sent and all(".lora_" in n or n == "class_bias" for n in sent)
+    assert {n.split(".layers.")[1].split(".")[0] for n in sent if ".layers." in n} == {"1", "2"}  # above depth 1

@@ -308,14 +308,16 @@ def test_planner_binary_search_finds_shallowest_good_depth():
         search_depth(0, probe, 0.01)
 
 
-def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("backbone", ["masked", "causal"])
+def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, backbone):
     import subprocess
     import sys
 
     from .conftest import write_config
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"},
+    raw = small_config(tmp_path, tiny_model_dir if backbone == "masked" else tiny_llama_dir, train_args={"method": "fes"},
                        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pacing_args={"mode": "static"}, filter_args={"method": "random"})
+                       pacing_args={"mode": "static"}, filter_args={"method": "random"},
+                       prompt_args={"pattern_id": 0 if backbone == "causal" else 1})
     cf = write_config(tmp_path / "c.yaml", raw)
     out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli.main", "plan", "--cf", str(cf), "--rounds", "1",
                           "--out", str(tmp_path / "plan")], capture_output=True, text=True, timeout=600)

@@ -236,7 +236,9 @@ class FewShot:
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
                               device=device, autocast=autocast_for(cfg.common.precision, device))
+        true = probs[np.arange(len(test.labels)), np.asarray(test.labels, dtype=np.int64)]
         return {"test_acc": float((probs.argmax(1) == test.labels).mean()),
+                "test_nll": float(-np.log(np.clip(true, 1e-12, 1.0)).mean()),  # AUG-E's likelihood signal
                 **class_report(probs.argmax(1), test.labels, self.num_classes)}
 
     def cached_result(self, cfg):
@@ -458,7 +460,7 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     else:  # adapters read only the activation cache's switch from tuning_args
         inert |= {f"tuning_args.{k}" for k in ("full_layers", "bias_layers", "bias_learning_rate", "bias_epochs")}
     if made is not None and getattr(made, "pacing", "count") == "count":
-        inert.add("pacing_args.train_sampling")
+        inert |= {"pacing_args.train_sampling", "pacing_args.val_signal"}
         if not isinstance(made, AdapterTuning):  # its progressive configurator holds validation out too
             inert.add("pacing_args.val_holdout")
     if made is not None and not made.uses_pseudo:

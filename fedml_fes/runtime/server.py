@@ -246,7 +246,13 @@ class RoundServer:
             self.autoconf.load_state_dict(state["configurator"])
 
     def _validate(self) -> float:
-        return float(self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())["test_acc"])
+        """The validation signal AUG-E's delta_acc is measured in (pacing_args.val_signal); the
+        accuracy itself is kept in `val_accuracy` for the metrics row."""
+        scores = self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())
+        self.val_accuracy = float(scores["test_acc"])
+        if self.cfg.pacing.val_signal == "log_likelihood":
+            return -float(scores["test_nll"])
+        return self.val_accuracy
 
     def current_pacing(self) -> Pacing | None:
         if self.pacing_mode == "adaptive":
@@ -539,7 +545,7 @@ class RoundServer:
         if self.val_set is not None:
             if self.pacer is not None or tested or self.cfg.pseudo.skip_if_worse_than_zero_shot:  # every round
                 self.last_val = self._validate()
-                scores["val_acc"] = self.last_val
+                scores["val_acc"] = self.val_accuracy
             scores.setdefault("val_acc", float("nan"))  # keep the column from the first row on
         if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
             for event in self.pacer.observe(round_idx, self.last_val):

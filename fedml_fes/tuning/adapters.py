@@ -31,12 +31,14 @@ from ..config import ADAPTER_METHODS, AdapterConfig
 from ..errors import FesError
 
 KINDS = ADAPTER_METHODS  # train_args.method names the kind
-# module names inside an encoder layer (after `layer.<i>.`), per kind, for BERT/RoBERTa/ELECTRA
-# (MiniLM), DeBERTa and DistilBERT; which of them exist depends on the family
+# module names inside a layer (after `layer.<i>.` / `layers.<i>.`), per kind, for BERT/RoBERTa/
+# ELECTRA (MiniLM), DeBERTa, DistilBERT and Llama-style decoders (Llama, Qwen2, Gemma3, SmolLM2);
+# which of them exist depends on the family
 TARGETS = {
     "lora": ("attention.self.query", "attention.self.value", "attention.self.query_proj",
-             "attention.self.value_proj", "attention.q_lin", "attention.v_lin"),
-    "adapter": ("output.dense", "ffn.lin2"),
+             "attention.self.value_proj", "attention.q_lin", "attention.v_lin", "self_attn.q_proj",
+             "self_attn.v_proj"),
+    "adapter": ("output.dense", "ffn.lin2", "mlp.down_proj"),
 }
 PER_LAYER = {"lora": 2, "adapter": 1}  # modules each adapted layer must have
 ADAPTER_PARAM = re.compile(r"\.lora_[AB]\.")  # PEFT's LoRA tensors: <module>.lora_A.<adapter>.weight
