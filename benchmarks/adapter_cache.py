@@ -1,4 +1,4 @@
-"""Issue 15: the step time the activation cache saves below AutoFedNLP adapters / LoRA.
+"""The step time the activation cache saves below AutoFedNLP adapters / LoRA.
 
     .venv/bin/python benchmarks/adapter_cache.py                       # depths 2 and 4 of the MiniLM's 6
     .venv/bin/python benchmarks/adapter_cache.py --depths 4 --steps 8  # quicker
@@ -16,6 +16,7 @@ settings: pattern 1, max_seq_length 64, batch 4, one thread):
 Writes benchmarks/results/adapter_cache.json (medians over the timed steps, after warm-up).
 The MLM head is freshly initialised (the timing does not depend on its weights).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ from fedml_fes.models import build_masked_lm, load_tokenizer  # noqa: E402
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM  # noqa: E402
 from fedml_fes.prompt.pvp import verbalizer_token_ids  # noqa: E402
 from fedml_fes.runtime.methods import pvp_for  # noqa: E402
-from fedml_fes.tuning.adapters import add_adapters, adapter_plan  # noqa: E402
+from fedml_fes.tuning.adapters import adapter_plan, add_adapters  # noqa: E402
 from fedml_fes.tuning.params import payload_bytes, trainable_state  # noqa: E402
 from fedml_fes.tuning.plan import num_layers  # noqa: E402
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom  # noqa: E402
@@ -50,8 +51,9 @@ CONFIG = ROOT / "run_configs" / "bbc_lora.yaml"
 def _model(cfg, kind: str, depth: int, classes, tok) -> PromptMLM:
     pattern, verbalizer = pvp_for(cfg)
     model = PromptMLM(build_masked_lm(cfg.model.model, 0), verbalizer_token_ids(tok, verbalizer, classes))
-    add_adapters(model.mlm, adapter_plan(AdapterConfig(depth=depth, width=cfg.adapter.width), kind,
-                                         num_layers(model)), seed=0)
+    add_adapters(
+        model.mlm, adapter_plan(AdapterConfig(depth=depth, width=cfg.adapter.width), kind, num_layers(model)), seed=0
+    )
     model.freeze_vocab_bias()
     return model
 
@@ -73,14 +75,15 @@ def _steps(model: PromptMLM, batches: list[dict], epochs: int) -> list[float]:
     return times
 
 
-def measure(cfg, kind: str, depth: int, texts: list[str], labels: list[int], classes, tok, epochs: int,
-            warmup: int) -> dict:
+def measure(
+    cfg, kind: str, depth: int, texts: list[str], labels: list[int], classes, tok, epochs: int, warmup: int
+) -> dict:
     enc = PromptEncoder(tok, pvp_for(cfg)[0], cfg.model.max_seq_length)
     bs = cfg.train.batch_size
     batches = []
     for i in range(0, len(texts), bs):
-        b = enc.batch(texts[i:i + bs], None)
-        b["labels"] = torch.tensor(labels[i:i + bs])
+        b = enc.batch(texts[i : i + bs], None)
+        b["labels"] = torch.tensor(labels[i : i + bs])
         batches.append(b)
     out: dict = {"kind": kind, "depth": depth, "layers_adapted": f"{depth}-5", "steps_timed": 0}
     for mode in ("plain", "no_cache", "cached"):
@@ -126,12 +129,22 @@ def main() -> None:
             row = measure(cfg, kind, depth, texts, labels, data.classes, tok, args.epochs, args.warmup)
             print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
             rows.append(row)
-    result = {"measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "host": {"cpus": os.cpu_count(), "torch_threads": args.threads, "machine": platform.machine(),
-                       "torch": torch.__version__, "load_avg_1m": os.getloadavg()[0]},
-              "model": cfg.model.model, "max_seq_length": cfg.model.max_seq_length,
-              "batch_size": cfg.train.batch_size, "width": cfg.adapter.width, "examples": len(texts),
-              "rows": rows}
+    result = {
+        "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": {
+            "cpus": os.cpu_count(),
+            "torch_threads": args.threads,
+            "machine": platform.machine(),
+            "torch": torch.__version__,
+            "load_avg_1m": os.getloadavg()[0],
+        },
+        "model": cfg.model.model,
+        "max_seq_length": cfg.model.max_seq_length,
+        "batch_size": cfg.train.batch_size,
+        "width": cfg.adapter.width,
+        "examples": len(texts),
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -1,4 +1,4 @@
-"""Issue 15: benchmark rows of finished adapter/LoRA runs beside FedCLS, FedFSL and FeS runs.
+"""Benchmark rows of finished adapter/LoRA runs beside FedCLS, FedFSL and FeS runs.
 
     .venv/bin/python benchmarks/adapter_rows.py RUN_DIR [RUN_DIR ...] [--out results.json]
 
@@ -8,6 +8,7 @@ rounds, emulated Jetson TX2 hours under the run's cost_args), plus the peak trai
 measured per client task (`peak_train_bytes` in client_costs.csv, the largest task) and
 the bytes of one client update (the first round's upload over its clients). Runs are only read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 def row(run_dir: Path) -> dict:
     from fedml_fes_plugins.bench.fidelity import run_row
+
     r = run_row(run_dir)
     if r is None:
         raise SystemExit(f"{run_dir} is not a completed run")
@@ -40,12 +42,16 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     rows = [row(d) for d in args.run_dirs]
-    print("| method | seed | accuracy (%) | upload, whole run (MB) | one update (bytes) | peak train memory (MB) "
-          "| emulated TX2 hours |")
+    print(
+        "| method | seed | accuracy (%) | upload, whole run (MB) | one update (bytes) | peak train memory (MB) "
+        "| emulated TX2 hours |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['method']} | {r['seed']} | {100 * r['accuracy']:.1f} | {r['bytes_up'] / 1e6:,.2f} | "
-              f"{r['update_bytes']:,} | {r['peak_train_MB']:.1f} | {r['emulated_hours']:.4f} |")
+        print(
+            f"| {r['method']} | {r['seed']} | {100 * r['accuracy']:.1f} | {r['bytes_up'] / 1e6:,.2f} | "
+            f"{r['update_bytes']:,} | {r['peak_train_MB']:.1f} | {r['emulated_hours']:.4f} |"
+        )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -1,4 +1,5 @@
 """Shared by the benchmark scripts: run one (method, seed) resumably, read its files back."""
+
 from __future__ import annotations
 
 import csv
@@ -12,8 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedml_fes.config import FesConfig, load_config  # noqa: E402
 
 
-def run_one(cf: str, run_dir: Path, overrides: dict[str, Any],
-            adjust: Callable[[FesConfig], None] | None = None, tag: str = "") -> dict:
+def run_one(
+    cf: str, run_dir: Path, overrides: dict[str, Any], adjust: Callable[[FesConfig], None] | None = None, tag: str = ""
+) -> dict:
     """Run in-process unless `run_dir` already holds a completed run (resumable)."""
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
@@ -24,8 +26,9 @@ def run_one(cf: str, run_dir: Path, overrides: dict[str, Any],
     cfg = load_config(cf, {"common_args.output_dir": str(run_dir.parent.parent), **overrides})
     if adjust is not None:
         adjust(cfg)
-    return run_in_process(cfg, make_run_dir(cfg, str(run_dir)), progress=False,
-                          echo=lambda line: print(f"  [{tag}] {line}", flush=True))
+    return run_in_process(
+        cfg, make_run_dir(cfg, str(run_dir)), progress=False, echo=lambda line: print(f"  [{tag}] {line}", flush=True)
+    )
 
 
 def read_rows(run_dir: Path) -> list[dict[str, str]]:

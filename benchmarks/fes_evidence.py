@@ -1,4 +1,4 @@
-"""Issue 5's evidence: FeS vs FedFSL and FedFSL-BIAS (and FeS without filtering), side by side.
+"""FeS vs FedFSL and FedFSL-BIAS (and FeS without filtering), side by side.
 
     .venv/bin/python benchmarks/fes_evidence.py                  # the cpu preset, seed 0
     .venv/bin/python benchmarks/fes_evidence.py --bench runs/bench/cpu --report-only
@@ -10,6 +10,7 @@ runs the four methods it needs there unless they are finished, then prints and w
 bytes per client per round, share of the labeling clients' pools inferred, peak training
 memory, client compute seconds per round measured here, and the paper's bars, met or not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,15 +42,20 @@ def measure(run_dir: Path, tail: int) -> dict:
     for (r, _phase), seconds in slowest.items():
         per_round[r] = per_round.get(r, 0.0) + seconds
     # a labeling round's pool size, from its inferred count and inferred fraction
-    pool = sum(i / f for i, f in zip(common.floats(rows, "inferred"), common.floats(rows, "inferred_fraction")) if f > 0)
+    pool = sum(
+        i / f for i, f in zip(common.floats(rows, "inferred"), common.floats(rows, "inferred_fraction")) if f > 0
+    )
     accs = common.floats(rows, "test_acc")
-    return {"convergence": _mean(accs[-tail:]), "final": summary.get("final"),
-            "pseudo_acc": _mean(common.floats(rows, "pseudo_acc")),
-            "upload": _mean([float(t["bytes_up"]) for t in train]),
-            "inferred": sum(common.floats(rows, "inferred")),
-            "inferred_fraction": sum(common.floats(rows, "inferred")) / pool if pool else float("nan"),
-            "peak_mem": max((float(t["peak_train_bytes"]) for t in train), default=float("nan")),
-            "compute_s": _mean(list(per_round.values()))}
+    return {
+        "convergence": _mean(accs[-tail:]),
+        "final": summary.get("final"),
+        "pseudo_acc": _mean(common.floats(rows, "pseudo_acc")),
+        "upload": _mean([float(t["bytes_up"]) for t in train]),
+        "inferred": sum(common.floats(rows, "inferred")),
+        "inferred_fraction": sum(common.floats(rows, "inferred")) / pool if pool else float("nan"),
+        "peak_mem": max((float(t["peak_train_bytes"]) for t in train), default=float("nan")),
+        "compute_s": _mean(list(per_round.values())),
+    }
 
 
 def bars(r: dict[str, dict]) -> list[tuple[str, str, str, bool]]:
@@ -60,14 +66,29 @@ def bars(r: dict[str, dict]) -> list[tuple[str, str, str, bool]]:
     loss = 100 * (no_rf["convergence"] - fes["convergence"])
     gap = 100 * (fes["convergence"] - fsl["convergence"])
     from fedml_fes.report.paper_bars import PAPER_BARS as bar
-    return [("traffic per client and round, FedFSL / FeS", f">= {bar['traffic_reduction']:g}x", f"{traffic:,.0f}x",
-             traffic >= bar["traffic_reduction"]),
-            ("peak training memory, FedFSL / FeS", f">= {bar['memory_reduction']:g}x", f"{memory:.2f}x",
-             memory >= bar["memory_reduction"]),
-            ("unlabeled data skipped by filtering (vs FeS without it)", f">= {100 * bar['filtering_skipped']:g}%",
-             f"{100 * skipped:.1f}%", skipped >= bar["filtering_skipped"]),
-            ("accuracy lost to filtering", "<= 1 point", f"{loss:+.1f} points", loss <= 1),
-            ("FeS accuracy vs FedFSL (convergence)", ">= 0", f"{gap:+.1f} points", gap >= 0)]
+
+    return [
+        (
+            "traffic per client and round, FedFSL / FeS",
+            f">= {bar['traffic_reduction']:g}x",
+            f"{traffic:,.0f}x",
+            traffic >= bar["traffic_reduction"],
+        ),
+        (
+            "peak training memory, FedFSL / FeS",
+            f">= {bar['memory_reduction']:g}x",
+            f"{memory:.2f}x",
+            memory >= bar["memory_reduction"],
+        ),
+        (
+            "unlabeled data skipped by filtering (vs FeS without it)",
+            f">= {100 * bar['filtering_skipped']:g}%",
+            f"{100 * skipped:.1f}%",
+            skipped >= bar["filtering_skipped"],
+        ),
+        ("accuracy lost to filtering", "<= 1 point", f"{loss:+.1f} points", loss <= 1),
+        ("FeS accuracy vs FedFSL (convergence)", ">= 0", f"{gap:+.1f} points", gap >= 0),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,12 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agnews-dir", default=None, help="AG News in its official CSV layout (data_args.data_dir)")
     opts = p.parse_args(argv)
     from fedml_fes.errors import FesError
-    from fedml_fes_plugins.bench.runner import pending_runs, run_bench, run_dir_of
     from fedml_fes_plugins.bench.config import load_bench, preset_path
+    from fedml_fes_plugins.bench.runner import pending_runs, run_bench, run_dir_of
 
     data = {"data_args.data_dir": opts.agnews_dir} if opts.agnews_dir else None
-    plan = load_bench(preset_path(opts.preset), data, {"methods": list(METHODS), "seeds": [opts.seed],
-                                                       "full_label": False})
+    plan = load_bench(
+        preset_path(opts.preset), data, {"methods": list(METHODS), "seeds": [opts.seed], "full_label": False}
+    )
     out = Path(opts.bench or Path(plan.base.common.output_dir) / "bench" / opts.preset)
     try:
         if not opts.report_only and pending_runs(plan, out):  # (rebuilds <bench>/report for these methods)
@@ -94,16 +116,23 @@ def main(argv: list[str] | None = None) -> int:
     except (FesError, FileNotFoundError) as e:
         print(f"fes_evidence: error: {e}", file=sys.stderr)
         return 1
-    lines = [f"# FeS vs FedFSL ({opts.preset} preset, seed {opts.seed}; runs in {out / 'runs'})", "",
-             f"Convergence accuracy: mean of the last {tail} evaluated rounds. Upload: bytes per accepted "
-             "training task. Pool inferred: samples inferred / pool size over the labeling tasks. "
-             "Compute: per round, the slowest training task + the slowest labeling task, measured here.", "",
-             "| method | convergence acc | final acc | pseudo-label acc | upload/client/round | pool inferred | "
-             "peak train memory | compute s/round |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# FeS vs FedFSL ({opts.preset} preset, seed {opts.seed}; runs in {out / 'runs'})",
+        "",
+        f"Convergence accuracy: mean of the last {tail} evaluated rounds. Upload: bytes per accepted "
+        "training task. Pool inferred: samples inferred / pool size over the labeling tasks. "
+        "Compute: per round, the slowest training task + the slowest labeling task, measured here.",
+        "",
+        "| method | convergence acc | final acc | pseudo-label acc | upload/client/round | pool inferred | "
+        "peak train memory | compute s/round |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m, r in results.items():
-        lines.append(f"| {METHODS[m]} | {100 * r['convergence']:.1f}% | {100 * (r['final'] or float('nan')):.1f}% | "
-                     f"{100 * r['pseudo_acc']:.1f}% | {r['upload']:,.0f} B | {100 * r['inferred_fraction']:.1f}% | "
-                     f"{r['peak_mem'] / 2**20:.1f} MiB | {r['compute_s']:.2f} |")
+        lines.append(
+            f"| {METHODS[m]} | {100 * r['convergence']:.1f}% | {100 * (r['final'] or float('nan')):.1f}% | "
+            f"{100 * r['pseudo_acc']:.1f}% | {r['upload']:,.0f} B | {100 * r['inferred_fraction']:.1f}% | "
+            f"{r['peak_mem'] / 2**20:.1f} MiB | {r['compute_s']:.2f} |"
+        )
     lines += ["", "| the paper's bar | target | measured | met |", "|---|---|---|---|"]
     lines += [f"| {name} | {target} | {value} | {'yes' if ok else 'no'} |" for name, target, value, ok in bars(results)]
     text = "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Issue 17's evidence: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on three datasets, one config.
+"""The fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on three datasets, one config.
 
     .venv/bin/python benchmarks/fidelity.py --agnews-dir /path/to/agnews --jobs 2   # 45 runs, resumable
     .venv/bin/python benchmarks/fidelity.py --datasets bbc_news --seeds 0 --methods fedcls \\
@@ -11,6 +11,7 @@ pattern id changed. Writes benchmarks/results/fidelity.csv and fidelity.md (--re
 run folders in runs/fidelity (--out). The same as `fedml-fes bench --suite fidelity`; the logic
 is in plugins/bench/fidelity.py.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,9 +22,11 @@ from fedml_fes_plugins.bench.fidelity import add_arguments, run_command
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.split("\n")[2:]))
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.split("\n")[2:]),
+    )
     add_arguments(p, standalone=True)
     opts = p.parse_args(argv)
     try:

@@ -1,4 +1,4 @@
-"""Runtime overhead: the same local training, raw and through each runtime (issue 13, item 5).
+"""Runtime overhead: the same local training, raw and through each runtime.
 
 One config (run_configs/overhead.yaml: FedCLS on BBC News, the offline MiniLM, gold labels on
 every client so each played client trains a few batches) runs through the in-process runtime,
@@ -24,12 +24,13 @@ each task in the same run (client_costs.csv `compute_s`): the share spent outsid
 
 Round walls of the last round are left out (it evaluates on the test split; a runtime's
 evaluation is not training overhead), as are the first `--warmup` rounds. Everything runs
-with one torch thread per process. Targets (issue 13): <= 10% in-process, <= 25% mpirun.
+with one torch thread per process. Targets: <= 10% in-process, <= 25% mpirun.
 
     .venv/bin/python benchmarks/overhead.py                     # every runtime, table to stdout
     .venv/bin/python benchmarks/overhead.py --runtimes inprocess --rounds 4 --repeats 1
     .venv/bin/python benchmarks/overhead.py --set train_args.method=prompt_only --set model_args.tuning=bias
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,6 +70,7 @@ def mpirun_split(clients: list[int], workers: int = 2) -> list[list[int]]:
 def cross_silo_split(clients: list[int], silos: int = 2) -> list[list[int]]:
     """The cross-silo runtime's: each device on its owner silo (ranks 1..silos)."""
     from fedml_fes_plugins.cross_silo.config import owner_rank
+
     return [[c for c in clients if owner_rank(c, silos) == rank] for rank in range(1, silos + 1)]
 
 
@@ -80,8 +82,10 @@ def split_for(runtime: str) -> Split:
 
 def baseline(kept: list[Round], times: dict, split: Split) -> float:
     """The rounds' training alone: per round, the busiest worker's trainings one after another."""
-    return sum(max(sum(times[(rnd, c)] for c in share) for share in split(clients) if share) if clients else 0.0
-               for rnd, clients, _ in kept)
+    return sum(
+        max(sum(times[(rnd, c)] for c in share) for share in split(clients) if share) if clients else 0.0
+        for rnd, clients, _ in kept
+    )
 
 
 def worker_tasks(rounds: list[Round], split: Split, workers: int) -> list[list[tuple[int, int]]]:
@@ -100,6 +104,7 @@ def _rounds(run_dir: Path) -> list[Round]:
 
 def run_inprocess(cf: str, run_dir: Path, sets: list[str]) -> Path:
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cfg = load_config(cf, parse_overrides(sets))
     run_dir = make_run_dir(cfg, str(run_dir))
     run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
@@ -107,8 +112,18 @@ def run_inprocess(cf: str, run_dir: Path, sets: list[str]) -> Path:
 
 
 def run_mpirun(cf: str, run_dir: Path, sets: list[str]) -> Path:
-    cmd = [sys.executable, "-m", "fedml_fes_plugins.cli.main", "mpirun", "-np", "3", "--cf", str(Path(cf).resolve()),
-           "--run-dir", str(run_dir.resolve())] + [a for s in sets for a in ("--set", s)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedml_fes_plugins.cli.main",
+        "mpirun",
+        "-np",
+        "3",
+        "--cf",
+        str(Path(cf).resolve()),
+        "--run-dir",
+        str(run_dir.resolve()),
+    ] + [a for s in sets for a in ("--set", s)]
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return run_dir
 
@@ -116,6 +131,7 @@ def run_mpirun(cf: str, run_dir: Path, sets: list[str]) -> Path:
 def run_cross_silo(cf: str, run_dir: Path, sets: list[str]) -> Path:
     """Server + 2 silos over FedML's gRPC on fresh loopback ports (`cross-silo-local --local-services`)."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+
     silo = ["common_args.training_type=cross_silo", "comm_args.backend=GRPC", "comm_args.silo_num=2"]
     run_local(str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None)
     return run_dir
@@ -142,8 +158,15 @@ def raw_worker(spec_path: str) -> int:
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         start = time.perf_counter()
-        job.method.local_train(job.model, job.tokenizer, job.data.clients[cid],
-                               cfg.for_round(rnd, job.method.uses_pseudo, False), gen, job.device, None)
+        job.method.local_train(
+            job.model,
+            job.tokenizer,
+            job.data.clients[cid],
+            cfg.for_round(rnd, job.method.uses_pseudo, False),
+            gen,
+            job.device,
+            None,
+        )
         times.append([rnd, cid, time.perf_counter() - start])
     Path(spec["out"]).write_text(json.dumps(times))
     return 0
@@ -156,8 +179,15 @@ def raw_times(cf: str, sets: list[str], tasks: list[list[tuple[int, int]]], scra
     go = scratch / "go"
     procs, outs, readies = [], [], []
     for w, mine in enumerate(tasks):
-        spec = {"cf": cf, "sets": sets, "tasks": mine, "scratch": str(scratch / f"job{w}"),
-                "ready": str(scratch / f"ready{w}"), "go": str(go), "out": str(scratch / f"times{w}.json")}
+        spec = {
+            "cf": cf,
+            "sets": sets,
+            "tasks": mine,
+            "scratch": str(scratch / f"job{w}"),
+            "ready": str(scratch / f"ready{w}"),
+            "go": str(go),
+            "out": str(scratch / f"times{w}.json"),
+        }
         path = scratch / f"spec{w}.json"
         path.write_text(json.dumps(spec))
         procs.append(subprocess.Popen([sys.executable, __file__, "--raw-worker", str(path)], cwd=REPO))
@@ -184,22 +214,37 @@ def in_run_compute(run_dir: Path) -> dict:
 
 def pair_figures(run_dir: Path, kept: list[Round], raw: dict, split: Split) -> dict:
     """One (run, raw pass) pair: round walls, the raw baseline, the training the run measured."""
-    return {"wall_s": sum(w for _, _, w in kept), "raw_s": baseline(kept, raw, split),
-            "in_run_train_s": baseline(kept, in_run_compute(run_dir), split),
-            "round_wall_median_s": statistics.median(w for _, _, w in kept),
-            "rounds_measured": len(kept), "run_dir": str(run_dir)}
+    return {
+        "wall_s": sum(w for _, _, w in kept),
+        "raw_s": baseline(kept, raw, split),
+        "in_run_train_s": baseline(kept, in_run_compute(run_dir), split),
+        "round_wall_median_s": statistics.median(w for _, _, w in kept),
+        "rounds_measured": len(kept),
+        "run_dir": str(run_dir),
+    }
 
 
 def pooled(name: str, pairs: list[dict]) -> dict:
     """The runtime's figures over its pairs (sums of walls over sums of baselines), and each pair's."""
     wall, raw, inside = (sum(p[k] for p in pairs) for k in ("wall_s", "raw_s", "in_run_train_s"))
-    return {"workers": WORKERS[name], "repeats": len(pairs), "wall_s": round(wall, 3), "raw_s": round(raw, 3),
-            "in_run_train_s": round(inside, 3), "overhead": round(wall / raw - 1, 4),
-            "orchestration": round(wall / inside - 1, 4),
-            "pairs": [{**p, "overhead": round(p["wall_s"] / p["raw_s"] - 1, 4),
-                       "orchestration": round(p["wall_s"] / p["in_run_train_s"] - 1, 4),
-                       **{k: round(p[k], 3) for k in ("wall_s", "raw_s", "in_run_train_s", "round_wall_median_s")}}
-                      for p in pairs]}
+    return {
+        "workers": WORKERS[name],
+        "repeats": len(pairs),
+        "wall_s": round(wall, 3),
+        "raw_s": round(raw, 3),
+        "in_run_train_s": round(inside, 3),
+        "overhead": round(wall / raw - 1, 4),
+        "orchestration": round(wall / inside - 1, 4),
+        "pairs": [
+            {
+                **p,
+                "overhead": round(p["wall_s"] / p["raw_s"] - 1, 4),
+                "orchestration": round(p["wall_s"] / p["in_run_train_s"] - 1, 4),
+                **{k: round(p[k], 3) for k in ("wall_s", "raw_s", "in_run_train_s", "round_wall_median_s")},
+            }
+            for p in pairs
+        ],
+    }
 
 
 def measure(name: str, cf: str, sets: list[str], out: Path, repeats: int, warmup: int) -> dict:
@@ -215,8 +260,9 @@ def measure(name: str, cf: str, sets: list[str], out: Path, repeats: int, warmup
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     p.add_argument("--cf", default=DEFAULT_CF)
     p.add_argument("--out", default="runs/overhead")
     p.add_argument("--rounds", type=int, default=6)
@@ -236,18 +282,23 @@ def main(argv: list[str] | None = None) -> int:
     if opts.rounds < opts.warmup + 2:
         p.error(f"--rounds {opts.rounds} leaves no round to measure after {opts.warmup} warm-up round(s) and the last")
     out = Path(opts.out) / time.strftime("%Y%m%d-%H%M%S")
-    sets = [f"train_args.comm_round={opts.rounds}", f"train_args.frequency_of_the_test={opts.rounds}",
-            "common_args.torch_threads=1"] + opts.set
+    sets = [
+        f"train_args.comm_round={opts.rounds}",
+        f"train_args.frequency_of_the_test={opts.rounds}",
+        "common_args.torch_threads=1",
+    ] + opts.set
     results = {}
     for name in opts.runtimes:
         r = results[name] = measure(name, opts.cf, sets, out, opts.repeats, opts.warmup)
         each = ", ".join(f"{q['overhead']:+.1%}" for q in r["pairs"])
         if opts.json:  # after each runtime: a later failure loses nothing measured
             Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
-        print(f"{name} ({r['workers']} worker(s), {r['repeats']} x {r['pairs'][0]['rounds_measured']} rounds): "
-              f"runtime {r['wall_s']:.2f}s vs raw {r['raw_s']:.2f}s -> overhead {r['overhead']:+.1%} (each: {each}); "
-              f"vs the training the run itself measured ({r['in_run_train_s']:.2f}s): {r['orchestration']:+.1%}",
-              flush=True)
+        print(
+            f"{name} ({r['workers']} worker(s), {r['repeats']} x {r['pairs'][0]['rounds_measured']} rounds): "
+            f"runtime {r['wall_s']:.2f}s vs raw {r['raw_s']:.2f}s -> overhead {r['overhead']:+.1%} (each: {each}); "
+            f"vs the training the run itself measured ({r['in_run_train_s']:.2f}s): {r['orchestration']:+.1%}",
+            flush=True,
+        )
     return 0
 
 

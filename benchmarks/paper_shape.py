@@ -22,6 +22,7 @@ Per method it prints and writes (JSON):
     python benchmarks/paper_shape.py --out runs/paper_shape.json              # roberta-large shape, GPU if any
     python benchmarks/paper_shape.py --shape tiny --steps 2 --out /tmp/t.json  # seconds, on a CPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,32 @@ from fedml_fes.tuning.split import ActivationCache, FrozenBottom  # noqa: E402
 
 SHAPES = {
     # roberta-large's config.json (the sizes that decide memory and time)
-    "roberta-large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
-                          vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
-                          pad_token_id=1, bos_token_id=0, eos_token_id=2),
+    "roberta-large": dict(
+        num_hidden_layers=24,
+        hidden_size=1024,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        vocab_size=50265,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    ),
     # a few-second check of the script itself
-    "tiny": dict(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=1000,
-                 max_position_embeddings=300, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2),
+    "tiny": dict(
+        num_hidden_layers=6,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1000,
+        max_position_embeddings=300,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    ),
 }
 METHODS = ("fedfsl", "fedfsl_bias", "fes")
 VERBALIZER = [100, 200, 300, 400]  # four class words (AG News has four classes)
@@ -75,8 +96,14 @@ def batches(n: int, batch: int, seq: int, vocab: int, seed: int) -> list[dict[st
     for _ in range(n):
         ids = torch.randint(5, vocab, (batch, seq), generator=g)
         ids[:, 0], ids[:, -1] = 0, 2
-        out.append({"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.long),
-                    "mask_pos": torch.full((batch,), seq // 2), "y": torch.randint(0, len(VERBALIZER), (batch,), generator=g)})
+        out.append(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones(batch, seq, dtype=torch.long),
+                "mask_pos": torch.full((batch,), seq // 2),
+                "y": torch.randint(0, len(VERBALIZER), (batch,), generator=g),
+            }
+        )
     return out
 
 
@@ -124,9 +151,15 @@ def measure(shape: str, method: str, device: torch.device, steps: int, batch: in
     with TaskMeter(model, device) as meter:
         times = train_steps(model, data, device, lr=1e-5)
     m = meter.metrics()
-    row = {"method": method, "params": params, "trainable_params": trainable,
-           "analytic_peak_bytes": m["cost_peak_train_bytes"], "cuda_peak_bytes": m["cost_cuda_peak_bytes"],
-           "step_s": statistics.median(times[1:] or times), "steps": steps}
+    row = {
+        "method": method,
+        "params": params,
+        "trainable_params": trainable,
+        "analytic_peak_bytes": m["cost_peak_train_bytes"],
+        "cuda_peak_bytes": m["cost_cuda_peak_bytes"],
+        "step_s": statistics.median(times[1:] or times),
+        "steps": steps,
+    }
     if method == "fes" and device.type == "cuda":  # the same steps again, with the bottom off the GPU
         drop_bottom(model)  # the cache is filled: the steps below never run the bottom
         torch.cuda.empty_cache()
@@ -140,7 +173,9 @@ def measure(shape: str, method: str, device: torch.device, steps: int, batch: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--shape", choices=sorted(SHAPES), default="roberta-large")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     p.add_argument("--device", default="auto", help="cuda, cpu or auto (cuda when available)")
@@ -154,21 +189,34 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps and --batch must be >= 1 and --seq >= 4")
     if a.seq > SHAPES[a.shape]["max_position_embeddings"] - 2:
         p.error(f"--seq {a.seq} is longer than {a.shape}'s positions allow")
-    device = torch.device("cuda" if a.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if a.device == "auto" else a.device))
+    device = torch.device(
+        "cuda" if a.device == "auto" and torch.cuda.is_available() else ("cpu" if a.device == "auto" else a.device)
+    )
     rows = []
     for method in a.methods:
         row = measure(a.shape, method, device, a.steps, a.batch, a.seq, a.seed)
         rows.append(row)
         gb = 1e9
-        extra = (f", bottom dropped {row['cuda_peak_bottom_dropped_bytes'] / gb:.2f} GB"
-                 if "cuda_peak_bottom_dropped_bytes" in row else "")
-        print(f"{method:12s} trainable {row['trainable_params']:>11,} of {row['params']:,}  analytic peak "
-              f"{row['analytic_peak_bytes'] / gb:.2f} GB  CUDA peak {row['cuda_peak_bytes'] / gb:.2f} GB{extra}  "
-              f"step {row['step_s'] * 1e3:.1f} ms", flush=True)
-    info = {"shape": a.shape, "device": str(device), "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda" else "cpu", "torch": torch.__version__, "batch": a.batch, "seq": a.seq,
-            "rows": rows}
+        extra = (
+            f", bottom dropped {row['cuda_peak_bottom_dropped_bytes'] / gb:.2f} GB"
+            if "cuda_peak_bottom_dropped_bytes" in row
+            else ""
+        )
+        print(
+            f"{method:12s} trainable {row['trainable_params']:>11,} of {row['params']:,}  analytic peak "
+            f"{row['analytic_peak_bytes'] / gb:.2f} GB  CUDA peak {row['cuda_peak_bytes'] / gb:.2f} GB{extra}  "
+            f"step {row['step_s'] * 1e3:.1f} ms",
+            flush=True,
+        )
+    info = {
+        "shape": a.shape,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch": a.batch,
+        "seq": a.seq,
+        "rows": rows,
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(info, indent=1))
     return 0

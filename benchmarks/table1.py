@@ -9,6 +9,7 @@ resumable: a run whose summary.json says completed is not run again. The table (
 CSV) is written from the runs' summary.json files only, with the mean and standard deviation
 over seeds of the final test accuracy, plus a full-label FedCLS reference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402  (benchmarks/common.py)
+
 from fedml_fes.config import load_config
 from fedml_fes.errors import FesError
 
 METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl")
-LABELS = {"fedcls": "FedCLS (vanilla)", "prompt_only": "Prompt-only", "pseudo_only": "Pseudo-only",
-          "fedfsl": "FedFSL (prompt + pseudo)", "full_label": "Full-label FedCLS"}
+LABELS = {
+    "fedcls": "FedCLS (vanilla)",
+    "prompt_only": "Prompt-only",
+    "pseudo_only": "Pseudo-only",
+    "fedfsl": "FedFSL (prompt + pseudo)",
+    "full_label": "Full-label FedCLS",
+}
 
 
 def run_one(cf: str, out: Path, method: str, seed: int, rounds: int | None, data_dir: str | None = None) -> dict:
@@ -39,10 +46,17 @@ def run_one(cf: str, out: Path, method: str, seed: int, rounds: int | None, data
 
     def full_label(cfg) -> None:  # every training example is a gold label, on every client
         from fedml_fes.data.federated import load_splits
+
         cfg.data.gold_labels = len(load_splits(cfg)[0])
         cfg.data.gold_sparsity = 100.0
-    return common.run_one(cf, out / f"{method}-s{seed}", overrides, full_label if method == "full_label" else None,
-                          tag=f"{method} s{seed}")
+
+    return common.run_one(
+        cf,
+        out / f"{method}-s{seed}",
+        overrides,
+        full_label if method == "full_label" else None,
+        tag=f"{method} s{seed}",
+    )
 
 
 def write_table(out: Path, methods: list[str], seeds: list[int], cf: str) -> str:
@@ -57,21 +71,36 @@ def write_table(out: Path, methods: list[str], seeds: list[int], cf: str) -> str
                     finals.append(summary["final"])
         mean = statistics.mean(finals) if finals else float("nan")
         std = statistics.stdev(finals) if len(finals) > 1 else 0.0
-        rows.append({"method": m, "label": LABELS[m], "mean_acc": mean, "std_acc": std, "seeds": len(finals),
-                     "per_seed": " ".join(f"{x:.4f}" for x in finals)})
+        rows.append(
+            {
+                "method": m,
+                "label": LABELS[m],
+                "mean_acc": mean,
+                "std_acc": std,
+                "seeds": len(finals),
+                "per_seed": " ".join(f"{x:.4f}" for x in finals),
+            }
+        )
     with (out / "table1.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     cfg = load_config(cf)
-    lines = [f"# Table 1 on {cfg.data.dataset}: {cfg.data.client_num_in_total} clients, "
-             f"{cfg.data.gold_labels} gold labels (gamma {cfg.data.gold_sparsity}), model {cfg.model.model}"
-             f"{' + MLM head from ' + cfg.model.mlm_from if cfg.model.mlm_from else ''}",
-             "", f"Final test accuracy (mean ± std over seeds {seeds}; test set of "
-             f"{cfg.data.max_test_examples or 'all'} examples). Config: {cf}.", "",
-             "| method | accuracy | seeds | per seed |", "|---|---|---|---|"]
-    lines += [f"| {r['label']} | {100 * r['mean_acc']:.1f} ± {100 * r['std_acc']:.1f} | {r['seeds']} | "
-              f"{r['per_seed']} |" for r in rows]
+    lines = [
+        f"# Table 1 on {cfg.data.dataset}: {cfg.data.client_num_in_total} clients, "
+        f"{cfg.data.gold_labels} gold labels (gamma {cfg.data.gold_sparsity}), model {cfg.model.model}"
+        f"{' + MLM head from ' + cfg.model.mlm_from if cfg.model.mlm_from else ''}",
+        "",
+        f"Final test accuracy (mean ± std over seeds {seeds}; test set of "
+        f"{cfg.data.max_test_examples or 'all'} examples). Config: {cf}.",
+        "",
+        "| method | accuracy | seeds | per seed |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['label']} | {100 * r['mean_acc']:.1f} ± {100 * r['std_acc']:.1f} | {r['seeds']} | {r['per_seed']} |"
+        for r in rows
+    ]
     text = "\n".join(lines) + "\n"
     (out / "table1.md").write_text(text)
     return text

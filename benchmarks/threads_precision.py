@@ -9,6 +9,7 @@ trains) and inference over 32 texts (the pseudo-labeler's and evaluator's forwar
 reports its own times. Every figure is a median over repeats after a warm-up step, measured by
 the project's own prompt model and loops (prompt.classifier), on BBC News texts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,24 +45,42 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
     step: list[float] = []
     for r in range(repeats + 1):
         t = time.perf_counter()
-        train_examples(model, adapter, texts[4 * r:4 * r + 4], None, y, epochs=1, batch_size=4, lr=1e-5,
-                       weight_decay=0.0, generator=gen, device=device, autocast=cast)
+        train_examples(
+            model,
+            adapter,
+            texts[4 * r : 4 * r + 4],
+            None,
+            y,
+            epochs=1,
+            batch_size=4,
+            lr=1e-5,
+            weight_decay=0.0,
+            generator=gen,
+            device=device,
+            autocast=cast,
+        )
         if r:
             step.append(time.perf_counter() - t)
     infer: list[float] = []
     for r in range(max(2, repeats // 2) + 1):
         t = time.perf_counter()
-        predict_proba(model, adapter, texts[100 + 32 * r:132 + 32 * r], None, batch_size=32, device=device,
-                      autocast=cast)
+        predict_proba(
+            model, adapter, texts[100 + 32 * r : 132 + 32 * r], None, batch_size=32, device=device, autocast=cast
+        )
         if r:
             infer.append(time.perf_counter() - t)
-    return {"precision": precision, "threads": threads, "train_step_s": round(statistics.median(step), 3),
-            "infer_32_s": round(statistics.median(infer), 3)}
+    return {
+        "precision": precision,
+        "threads": threads,
+        "train_step_s": round(statistics.median(step), 3),
+        "infer_32_s": round(statistics.median(infer), 3),
+    }
 
 
 def bbc_texts() -> tuple[list[str], tuple[str, ...]]:
     from fedml_fes.config import FesConfig
     from fedml_fes.data.sources import load_source
+
     splits = load_source(FesConfig())
     return list(splits.train.texts[:400]), tuple(splits.train.classes)
 
@@ -78,8 +97,21 @@ def main() -> int:
         return 0
 
     def child(precision: str, threads: int) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, __file__, "--model", o.model, "--repeats", str(o.repeats),
-                                 "--one", precision, str(threads)], stdout=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--model",
+                o.model,
+                "--repeats",
+                str(o.repeats),
+                "--one",
+                precision,
+                str(threads),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def result(proc: subprocess.Popen) -> dict:
         out, _ = proc.communicate()

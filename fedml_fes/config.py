@@ -5,6 +5,7 @@ The YAML has FedML's section layout (`common_args`, `data_args`, `model_args`,
 dataclasses so that every key is declared once, with its type and default, and a typo is
 an error that names the key instead of a silently ignored attribute.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,11 +25,34 @@ from .errors import FesError
 
 OFFLINE_MINILM = "offline:all-MiniLM-L6-v2"
 
-METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf",
-           "fes_no_dc", "fedbert_mlm", "adapter", "lora")
+METHODS = (
+    "fedcls",
+    "prompt_only",
+    "pseudo_only",
+    "fedfsl",
+    "fedfsl_bias",
+    "fes",
+    "fes_no_cp",
+    "fes_no_rf",
+    "fes_no_dc",
+    "fedbert_mlm",
+    "adapter",
+    "lora",
+)
 ADAPTER_METHODS = ("adapter", "lora")  # read adapter_args
-DATASETS = ("bbc_news", "agnews", "yelp_review_full", "yahoo_answers", "mnli", "snli", "trec", "movie_sentiment",
-            "custom", "hf", "fednlp_h5")
+DATASETS = (
+    "bbc_news",
+    "agnews",
+    "yelp_review_full",
+    "yahoo_answers",
+    "mnli",
+    "snli",
+    "trec",
+    "movie_sentiment",
+    "custom",
+    "hf",
+    "fednlp_h5",
+)
 # the names users also type (HF's dataset ids, the paper's short names) for the built-in readers
 DATASET_ALIASES = {"ag_news": "agnews", "yelp_full": "yelp_review_full", "yahoo": "yahoo_answers"}
 PARTITIONS = ("uniform", "niid_label", "niid_quantity", "fednlp_h5")
@@ -583,8 +607,7 @@ def parse_overrides(items: "list[str]") -> dict[str, Any]:
 # from a file either: they mean the current directory (runtime.job.make_run_dir stores them
 # absolute against it in the run's config.yaml).
 INPUT_PATH_KEYS: dict[str, tuple[str, ...]] = {
-    "data_args": ("data_dir", "train_file", "test_file", "classes_file", "fednlp_data_file",
-                  "fednlp_partition_file"),
+    "data_args": ("data_dir", "train_file", "test_file", "classes_file", "fednlp_data_file", "fednlp_partition_file"),
     "model_args": ("mlm_from",),
     "comm_args": ("mpi_host_file", "grpc_ipconfig_path"),
     "cost_args": ("device_dir",),
@@ -608,8 +631,12 @@ def _looks_local(value: str, base: str) -> bool:
     if value.startswith("offline:"):
         return False
     v = value.replace("\\", "/")
-    return (v in (".", "..") or v.startswith(("./", "../", "~")) or os.path.isabs(value)
-            or os.path.exists(os.path.join(base, value)))
+    return (
+        v in (".", "..")
+        or v.startswith(("./", "../", "~"))
+        or os.path.isabs(value)
+        or os.path.exists(os.path.join(base, value))
+    )
 
 
 def resolve_path_value(section: str, key: str, value: Any, base: str | os.PathLike) -> Any:
@@ -624,8 +651,7 @@ def resolve_path_value(section: str, key: str, value: Any, base: str | os.PathLi
         items = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else value
         if not isinstance(items, list):
             return value
-        return [_absolute(x, base) if isinstance(x, str) and Path(x).suffix in (".yaml", ".yml") else x
-                for x in items]
+        return [_absolute(x, base) if isinstance(x, str) and Path(x).suffix in (".yaml", ".yml") else x for x in items]
     return value
 
 
@@ -670,8 +696,10 @@ def read_sections(path: str | os.PathLike, overrides: Mapping[str, Any] | None =
     except (OSError, UnicodeDecodeError) as e:
         raise FesError(f"cannot read config file {p}: {getattr(e, 'strerror', None) or e}") from None
     if raw is None or raw == {}:
-        raise FesError(f"{p} is empty: a run config names its sections (common_args, data_args, model_args, "
-                       f"train_args, ...); see run_configs/*.yaml")
+        raise FesError(
+            f"{p} is empty: a run config names its sections (common_args, data_args, model_args, "
+            f"train_args, ...); see run_configs/*.yaml"
+        )
     if not isinstance(raw, dict):
         raise FesError(f"{p}: expected a mapping of sections (common_args, data_args, ...)")
     raw = {k: dict(v or {}) if isinstance(v, dict) or v is None else v for k, v in raw.items()}
@@ -716,19 +744,25 @@ def _validate_csv_options(d: DataConfig) -> None:
     """data_args' CSV layout keys (dataset custom): caught here, before any file is opened, so a
     wrong layout is one line naming the key rather than a puzzling row error later."""
     d.delimiter = DELIMITER_NAMES.get(d.delimiter.lower(), d.delimiter) if d.delimiter else ""
-    _check(len(d.delimiter) <= 1 and d.delimiter not in ('"', "\n", "\r"),
-           f"data_args.delimiter must be one character (or {', '.join(DELIMITER_NAMES)}) and not a quote or "
-           f"newline, got {d.delimiter!r}")
+    _check(
+        len(d.delimiter) <= 1 and d.delimiter not in ('"', "\n", "\r"),
+        f"data_args.delimiter must be one character (or {', '.join(DELIMITER_NAMES)}) and not a quote or "
+        f"newline, got {d.delimiter!r}",
+    )
     _check(d.label_index_base >= 0, f"data_args.label_index_base must be >= 0 (1 or 0), got {d.label_index_base}")
-    _check(not (d.classes_file and d.classes),
-           "set data_args.classes_file or data_args.classes, not both: the file already names the classes in order")
+    _check(
+        not (d.classes_file and d.classes),
+        "set data_args.classes_file or data_args.classes, not both: the file already names the classes in order",
+    )
     if d.dataset == "custom" and not d.csv_header:
         for key in ("text_columns", "text_b_columns", "label_column"):
             value = getattr(d, key)
             bad = [c for c in (value if isinstance(value, list) else [value]) if not str(c).isdigit()]
             if bad:
-                raise FesError(f"data_args.csv_header is false, so data_args.{key} must be 0-based column "
-                               f"numbers (the file has no header naming them), got {bad[0]!r}")
+                raise FesError(
+                    f"data_args.csv_header is false, so data_args.{key} must be 0-based column "
+                    f"numbers (the file has no header naming them), got {bad[0]!r}"
+                )
 
 
 def _validate_numbers(cfg: FesConfig) -> None:
@@ -750,30 +784,45 @@ def validate_mlm(m: MlmConfig) -> None:
     """mlm_args' values (the federated MLM build), one error line each."""
     _check(0 < m.mask_probability < 1, f"mlm_args.mask_probability must be in (0, 1), got {m.mask_probability}")
     _check(m.local_steps >= 1, f"mlm_args.local_steps must be >= 1, got {m.local_steps}")
-    _check(m.heldout_texts >= 1, f"mlm_args.heldout_texts must be >= 1 (test texts for masked-token accuracy), "
-                                 f"got {m.heldout_texts}")
-    _check(m.lr_schedule in LR_SCHEDULES,
-           f"mlm_args.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got '{m.lr_schedule}'")
+    _check(
+        m.heldout_texts >= 1,
+        f"mlm_args.heldout_texts must be >= 1 (test texts for masked-token accuracy), got {m.heldout_texts}",
+    )
+    _check(
+        m.lr_schedule in LR_SCHEDULES,
+        f"mlm_args.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got '{m.lr_schedule}'",
+    )
     _check(0 <= m.warmup_fraction < 1, f"mlm_args.warmup_fraction must be in [0, 1), got {m.warmup_fraction}")
-    _check(0 <= m.train_mask_probability < 1, f"mlm_args.train_mask_probability must be in [0, 1) "
-                                              f"(0: mask_probability), got {m.train_mask_probability}")
+    _check(
+        0 <= m.train_mask_probability < 1,
+        f"mlm_args.train_mask_probability must be in [0, 1) (0: mask_probability), got {m.train_mask_probability}",
+    )
     _check(m.train_vocab >= 0, f"mlm_args.train_vocab must be >= 0 (0: the whole vocabulary), got {m.train_vocab}")
-    _check(m.dropout == -1 or 0 <= m.dropout < 1,
-           f"mlm_args.dropout must be in [0, 1) or -1 (the model's own), got {m.dropout}")
+    _check(
+        m.dropout == -1 or 0 <= m.dropout < 1,
+        f"mlm_args.dropout must be in [0, 1) or -1 (the model's own), got {m.dropout}",
+    )
 
 
 def validate_adapter(a: AdapterConfig) -> None:
     """adapter_args' values, one error line each; depth against the model's layer count is
     checked when the model is built (tuning.adapters.adapter_plan)."""
-    _check(a.depth >= -1, f"adapter_args.depth must be >= 0 (the first layer with adapters) or -1 (the bottom "
-                          f"third frozen), got {a.depth}")
+    _check(
+        a.depth >= -1,
+        f"adapter_args.depth must be >= 0 (the first layer with adapters) or -1 (the bottom "
+        f"third frozen), got {a.depth}",
+    )
     _check(a.width >= 1, f"adapter_args.width must be >= 1 (bottleneck width / LoRA rank), got {a.width}")
     _check(a.alpha > 0, f"adapter_args.alpha must be > 0, got {a.alpha}")
     _check(0 <= a.dropout < 1, f"adapter_args.dropout must be in [0, 1), got {a.dropout}")
-    _check(a.learning_rate >= 0, f"adapter_args.learning_rate must be >= 0 (0: train_args.learning_rate), "
-                                 f"got {a.learning_rate}")
-    _check(a.configurator in ("fixed", "progressive"),
-           f"adapter_args.configurator must be fixed or progressive, got '{a.configurator}'")
+    _check(
+        a.learning_rate >= 0,
+        f"adapter_args.learning_rate must be >= 0 (0: train_args.learning_rate), got {a.learning_rate}",
+    )
+    _check(
+        a.configurator in ("fixed", "progressive"),
+        f"adapter_args.configurator must be fixed or progressive, got '{a.configurator}'",
+    )
     _check(a.min_depth >= -1, f"adapter_args.min_depth must be >= 0 or -1 (the bottom third frozen), got {a.min_depth}")
     _check(a.max_width >= a.width, f"adapter_args.max_width ({a.max_width}) must be >= adapter_args.width ({a.width})")
     _check(a.trial_rounds >= 1, f"adapter_args.trial_rounds must be >= 1, got {a.trial_rounds}")
@@ -788,12 +837,16 @@ def validate_split(s: SplitConfig) -> None:
     """split_args' values, one error line each; client_layers against the model's depth is
     checked when the model is split (splitfed.parts.split_model)."""
     _check(s.task in SPLIT_TASKS, f"split_args.task must be one of {', '.join(SPLIT_TASKS)}, got '{s.task}'")
-    _check(s.schedule in SPLIT_SCHEDULES,
-           f"split_args.schedule must be one of {', '.join(SPLIT_SCHEDULES)}, got '{s.schedule}'")
+    _check(
+        s.schedule in SPLIT_SCHEDULES,
+        f"split_args.schedule must be one of {', '.join(SPLIT_SCHEDULES)}, got '{s.schedule}'",
+    )
     _check(s.client_layers >= 0, f"split_args.client_layers must be >= 0 (0: embeddings only), got {s.client_layers}")
     _check(s.local_steps >= 1, f"split_args.local_steps must be >= 1, got {s.local_steps}")
-    _check(s.wire_dtype in ("float32", "float16"),
-           f"split_args.wire_dtype must be float32 or float16, got '{s.wire_dtype}'")
+    _check(
+        s.wire_dtype in ("float32", "float16"),
+        f"split_args.wire_dtype must be float32 or float16, got '{s.wire_dtype}'",
+    )
     _check(s.labels in ("gold", "all"), f"split_args.labels must be gold or all, got '{s.labels}'")
 
 
@@ -802,134 +855,195 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
     config set itself (None: all); a default that does not fit is adjusted, not an error."""
     d, t, c = cfg.data, cfg.train, cfg.common
     _validate_numbers(cfg)
-    _check(c.training_type in ("simulation", "cross_silo"),
-           f"common_args.training_type must be simulation or cross_silo, got '{c.training_type}'")
+    _check(
+        c.training_type in ("simulation", "cross_silo"),
+        f"common_args.training_type must be simulation or cross_silo, got '{c.training_type}'",
+    )
     _check(c.random_seed >= 0, f"common_args.random_seed must be >= 0, got {c.random_seed}")
     _check(c.torch_threads >= 0, f"common_args.torch_threads must be >= 0 (0 = torch default), got {c.torch_threads}")
-    _check(c.precision in ("auto", "float32", "bfloat16"),
-           f"common_args.precision must be auto, float32 or bfloat16, got '{c.precision}'")
+    _check(
+        c.precision in ("auto", "float32", "bfloat16"),
+        f"common_args.precision must be auto, float32 or bfloat16, got '{c.precision}'",
+    )
     d.dataset = DATASET_ALIASES.get(d.dataset, d.dataset)
-    _check(d.dataset in DATASETS, f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)} "
-                                  f"(also: {', '.join(DATASET_ALIASES)})")
-    _check(d.partition_method in PARTITIONS,
-           f"data_args.partition_method must be one of {', '.join(PARTITIONS)}, got '{d.partition_method}'")
+    _check(
+        d.dataset in DATASETS,
+        f"data_args.dataset '{d.dataset}' is not one of {', '.join(DATASETS)} (also: {', '.join(DATASET_ALIASES)})",
+    )
+    _check(
+        d.partition_method in PARTITIONS,
+        f"data_args.partition_method must be one of {', '.join(PARTITIONS)}, got '{d.partition_method}'",
+    )
     _check(d.client_num_in_total >= 1, f"data_args.client_num_in_total must be >= 1, got {d.client_num_in_total}")
     _check(d.partition_alpha > 0, f"data_args.partition_alpha must be > 0, got {d.partition_alpha}")
     _check(d.partition_beta > 0, f"data_args.partition_beta must be > 0, got {d.partition_beta}")
     for key in ("text_columns", "text_b_columns", "classes"):  # a YAML list or "a, b"
         value = getattr(d, key)
         value = [x.strip() for x in value.split(",") if x.strip()] if isinstance(value, str) else value or []
-        _check(isinstance(value, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in value),
-               f"data_args.{key} must be a list of names, got {value!r}")
+        _check(
+            isinstance(value, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in value),
+            f"data_args.{key} must be a list of names, got {value!r}",
+        )
         setattr(d, key, [str(x) for x in value])
     _check(len(set(d.classes)) == len(d.classes), f"data_args.classes has duplicates: {d.classes}")
-    _check(d.dataset != "custom" or bool(d.train_file and d.text_columns and d.label_column),
-           "dataset custom needs data_args.train_file, text_columns and label_column")
+    _check(
+        d.dataset != "custom" or bool(d.train_file and d.text_columns and d.label_column),
+        "dataset custom needs data_args.train_file, text_columns and label_column",
+    )
     _validate_csv_options(d)
-    _check(d.dataset != "fednlp_h5" or bool(d.fednlp_data_file),
-           "dataset fednlp_h5 needs data_args.fednlp_data_file (a FedNLP *_data.h5)")
-    _check(d.partition_method != "fednlp_h5" or (d.dataset == "fednlp_h5" and bool(d.fednlp_partition_file)),
-           "partition_method fednlp_h5 needs dataset fednlp_h5 and data_args.fednlp_partition_file")
-    _check(d.partition_method != "fednlp_h5" or d.max_train_examples == 0,
-           "data_args.max_train_examples must be 0 with partition_method fednlp_h5 (the file names every example)")
+    _check(
+        d.dataset != "fednlp_h5" or bool(d.fednlp_data_file),
+        "dataset fednlp_h5 needs data_args.fednlp_data_file (a FedNLP *_data.h5)",
+    )
+    _check(
+        d.partition_method != "fednlp_h5" or (d.dataset == "fednlp_h5" and bool(d.fednlp_partition_file)),
+        "partition_method fednlp_h5 needs dataset fednlp_h5 and data_args.fednlp_partition_file",
+    )
+    _check(
+        d.partition_method != "fednlp_h5" or d.max_train_examples == 0,
+        "data_args.max_train_examples must be 0 with partition_method fednlp_h5 (the file names every example)",
+    )
     for key in ("max_train_examples", "max_test_examples"):
         _check(getattr(d, key) >= 0, f"data_args.{key} must be >= 0 (0: all), got {getattr(d, key)}")
     _check(d.gold_sparsity > 0, f"data_args.gold_sparsity must be > 0, got {d.gold_sparsity}")
     _check(d.gold_labels >= 0, f"data_args.gold_labels must be >= 0, got {d.gold_labels}")
-    _check(0 <= d.gold_clients <= d.client_num_in_total,
-           f"data_args.gold_clients must be between 0 and client_num_in_total ({d.client_num_in_total}), "
-           f"got {d.gold_clients}")
+    _check(
+        0 <= d.gold_clients <= d.client_num_in_total,
+        f"data_args.gold_clients must be between 0 and client_num_in_total ({d.client_num_in_total}), "
+        f"got {d.gold_clients}",
+    )
     _check(0 < d.test_fraction < 1, f"data_args.test_fraction must be in (0, 1), got {d.test_fraction}")
     _check(t.method in METHODS, f"train_args.method '{t.method}' is not one of {', '.join(METHODS)}")
-    _check(t.federated_optimizer == "FedAvg",
-           f"train_args.federated_optimizer '{t.federated_optimizer}' is not supported (FedAvg)")
+    _check(
+        t.federated_optimizer == "FedAvg",
+        f"train_args.federated_optimizer '{t.federated_optimizer}' is not supported (FedAvg)",
+    )
     _check(t.comm_round >= 1, f"train_args.comm_round must be >= 1, got {t.comm_round}")
     _check(t.client_num_per_round >= 1, f"train_args.client_num_per_round must be >= 1, got {t.client_num_per_round}")
     if t.client_num_per_round > d.client_num_in_total:
         if given is None or "train_args.client_num_per_round" in given:
-            raise FesError(f"train_args.client_num_per_round is {t.client_num_per_round}, more than the "
-                           f"{d.client_num_in_total} clients of data_args.client_num_in_total")
+            raise FesError(
+                f"train_args.client_num_per_round is {t.client_num_per_round}, more than the "
+                f"{d.client_num_in_total} clients of data_args.client_num_in_total"
+            )
         t.client_num_per_round = d.client_num_in_total  # the default (4) on fewer clients: all of them
     _check(t.epochs >= 1, f"train_args.epochs must be >= 1, got {t.epochs}")
     _check(t.batch_size >= 1, f"train_args.batch_size must be >= 1, got {t.batch_size}")
     _check(t.eval_batch_size >= 1, f"train_args.eval_batch_size must be >= 1, got {t.eval_batch_size}")
     _check(t.learning_rate > 0, f"train_args.learning_rate must be > 0, got {t.learning_rate}")
     _check(t.weight_decay >= 0, f"train_args.weight_decay must be >= 0, got {t.weight_decay}")
-    _check(t.frequency_of_the_test >= 1,
-           f"train_args.frequency_of_the_test must be >= 1, got {t.frequency_of_the_test}")
-    _check(t.robust_norm_factor == 0 or t.robust_norm_factor >= 1,
-           f"train_args.robust_norm_factor must be 0 (off) or >= 1 (x the median update change), "
-           f"got {t.robust_norm_factor}")
+    _check(
+        t.frequency_of_the_test >= 1, f"train_args.frequency_of_the_test must be >= 1, got {t.frequency_of_the_test}"
+    )
+    _check(
+        t.robust_norm_factor == 0 or t.robust_norm_factor >= 1,
+        f"train_args.robust_norm_factor must be 0 (off) or >= 1 (x the median update change), "
+        f"got {t.robust_norm_factor}",
+    )
     _check(cfg.model.max_seq_length >= 8, f"model_args.max_seq_length must be >= 8, got {cfg.model.max_seq_length}")
     _check(cfg.model.model != "", "model_args.model must name an HF model id or a local path")
-    _check(not cfg.model.mlm_on_job_data or bool(cfg.model.mlm_from),
-           "model_args.mlm_on_job_data needs model_args.mlm_from (the fedbert_mlm recipe to build with)")
+    _check(
+        not cfg.model.mlm_on_job_data or bool(cfg.model.mlm_from),
+        "model_args.mlm_on_job_data needs model_args.mlm_from (the fedbert_mlm recipe to build with)",
+    )
     validate_mlm(cfg.mlm)
     validate_adapter(cfg.adapter)
     validate_split(cfg.split_args)
-    _check(not cfg.tracking_args.enable_wandb,
-           "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory")
+    _check(
+        not cfg.tracking_args.enable_wandb,
+        "tracking_args.enable_wandb must be false: runs are offline and write only to the run directory",
+    )
     level = str(cfg.tracking_args.log_level).upper()
-    _check(level in LOG_LEVELS,
-           f"tracking_args.log_level must be one of {', '.join(LOG_LEVELS)}, got '{cfg.tracking_args.log_level}'")
+    _check(
+        level in LOG_LEVELS,
+        f"tracking_args.log_level must be one of {', '.join(LOG_LEVELS)}, got '{cfg.tracking_args.log_level}'",
+    )
     cfg.tracking_args.log_level = level
     _check(cfg.device_args.gpu_id >= 0, f"device_args.gpu_id must be >= 0, got {cfg.device_args.gpu_id}")
-    _check(cfg.model.tuning in ("full", "bias", "plan"),
-           f"model_args.tuning must be full, bias or plan, got '{cfg.model.tuning}'")
+    _check(
+        cfg.model.tuning in ("full", "bias", "plan"),
+        f"model_args.tuning must be full, bias or plan, got '{cfg.model.tuning}'",
+    )
     tu = cfg.tuning
-    _check(tu.full_layers >= 0 and tu.bias_layers >= -1,
-           "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third), "
-           f"got {tu.full_layers} and {tu.bias_layers}")
+    _check(
+        tu.full_layers >= 0 and tu.bias_layers >= -1,
+        "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third), "
+        f"got {tu.full_layers} and {tu.bias_layers}",
+    )
     fl = cfg.filter
-    _check(fl.method in ("vote_k", "random", "none"), f"filter_args.method must be vote_k, random or none, got '{fl.method}'")
+    _check(
+        fl.method in ("vote_k", "random", "none"),
+        f"filter_args.method must be vote_k, random or none, got '{fl.method}'",
+    )
     _check(fl.rho > 1, f"filter_args.rho must be > 1, got {fl.rho}")
     _check(fl.knn >= 1, f"filter_args.knn must be >= 1, got {fl.knn}")
     _check(0 < fl.knn_pool_share <= 1, f"filter_args.knn_pool_share must be in (0, 1], got {fl.knn_pool_share}")
-    _check(cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
-           "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args), "
-           f"got {cfg.pseudo.warmup_learning_rate} and {cfg.pseudo.warmup_epochs}")
+    _check(
+        cfg.pseudo.warmup_learning_rate >= 0 and cfg.pseudo.warmup_epochs >= 0,
+        "pseudo_args.warmup_learning_rate and warmup_epochs must be >= 0 (0: as train_args), "
+        f"got {cfg.pseudo.warmup_learning_rate} and {cfg.pseudo.warmup_epochs}",
+    )
     _check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
     _check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
-    _check(0 <= fl.candidate_fraction <= 1,
-           f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}")
+    _check(
+        0 <= fl.candidate_fraction <= 1,
+        f"filter_args.candidate_fraction must be in [0, 1] (0: the dataset's default), got {fl.candidate_fraction}",
+    )
     cfg.prompt.verbalizer = {k: str(v) for k, v in cfg.prompt.verbalizer.items()}  # words, even `yes: 1`
     pa = cfg.pacing
     _check(pa.mode in ("adaptive", "static"), f"pacing_args.mode must be adaptive or static, got '{pa.mode}'")
-    _check(pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100,
-           f"pacing_args: f and n must be >= 1, k in (0, 100], got f {pa.f}, n {pa.n}, k {pa.k}")
+    _check(
+        pa.f >= 1 and pa.n >= 1 and 0 < pa.k <= 100,
+        f"pacing_args: f and n must be >= 1, k in (0, 100], got f {pa.f}, n {pa.n}, k {pa.k}",
+    )
     for key in ("trial_rounds", "top", "parallel_trials"):
         _check(getattr(pa, key) >= 1, f"pacing_args.{key} must be >= 1, got {getattr(pa, key)}")
     for key in ("infer_latency_s", "train_latency_s", "eta"):
         _check(getattr(pa, key) > 0, f"pacing_args.{key} must be > 0, got {getattr(pa, key)}")
     _check(pa.theta >= 0, f"pacing_args.theta must be >= 0, got {pa.theta}")
     _check(0.0 <= pa.val_holdout < 1.0, f"pacing_args.val_holdout must be in [0, 1), got {pa.val_holdout}")
-    _check(pa.val_signal in ("accuracy", "log_likelihood"),
-           f"pacing_args.val_signal must be accuracy or log_likelihood, got '{pa.val_signal}'")
+    _check(
+        pa.val_signal in ("accuracy", "log_likelihood"),
+        f"pacing_args.val_signal must be accuracy or log_likelihood, got '{pa.val_signal}'",
+    )
     _check(pa.val_examples >= 0, f"pacing_args.val_examples must be >= 0 (0: all gold labels), got {pa.val_examples}")
     if pa.grid is not None and not isinstance(pa.grid, list):
         raise FesError(f"pacing_args.grid must be a list of 'f,n,k' strings, got {pa.grid!r}")
-    _check(pa.grid is None or len(pa.grid) > 0,
-           "pacing_args.grid is an empty configuration list: give 'f,n,k' entries or leave it unset")
+    _check(
+        pa.grid is None or len(pa.grid) > 0,
+        "pacing_args.grid is an empty configuration list: give 'f,n,k' entries or leave it unset",
+    )
     from .pseudo.pacing import parse_grid  # one error line for a malformed entry
+
     parse_grid(pa.grid)
     p = cfg.pseudo
     _check(p.start_round >= 0, f"pseudo_args.start_round must be >= 0, got {p.start_round}")
     for key in ("label_every", "label_clients", "per_pass"):
         _check(getattr(p, key) >= 1, f"pseudo_args.{key} must be >= 1, got {getattr(p, key)}")
-    _check(0 <= p.confidence_threshold < 1,
-           f"pseudo_args.confidence_threshold must be in [0, 1), got {p.confidence_threshold}")
-    _check(cfg.pacing.train_sampling in ("uniform", "labels"),
-           f"pacing_args.train_sampling must be uniform or labels, got '{cfg.pacing.train_sampling}'")
-    _check(p.class_balance in ("none", "gold", "predicted"),
-           f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'")
+    _check(
+        0 <= p.confidence_threshold < 1,
+        f"pseudo_args.confidence_threshold must be in [0, 1), got {p.confidence_threshold}",
+    )
+    _check(
+        cfg.pacing.train_sampling in ("uniform", "labels"),
+        f"pacing_args.train_sampling must be uniform or labels, got '{cfg.pacing.train_sampling}'",
+    )
+    _check(
+        p.class_balance in ("none", "gold", "predicted"),
+        f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'",
+    )
     _check(cfg.prompt.pattern_id >= 0, f"prompt_args.pattern_id must be >= 0, got {cfg.prompt.pattern_id}")
-    _check(bool(cfg.prompt.pattern) == bool(cfg.prompt.verbalizer),
-           "prompt_args.pattern and prompt_args.verbalizer go together: set both or neither")
+    _check(
+        bool(cfg.prompt.pattern) == bool(cfg.prompt.verbalizer),
+        "prompt_args.pattern and prompt_args.verbalizer go together: set both or neither",
+    )
     if cfg.prompt.pattern:
         from .prompt.pvp import split_pattern  # checks {mask} and {text_a}
+
         split_pattern(cfg.prompt.pattern)
     _check(cfg.comm.silo_num >= 0, f"comm_args.silo_num must be >= 0, got {cfg.comm.silo_num}")
     for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s", "worker_timeout_s"):
         _check(getattr(cfg.comm, key) > 0, f"comm_args.{key} must be > 0, got {getattr(cfg.comm, key)}")
     from .cost.settings import validate_cost  # one error line naming the key or the profile
+
     validate_cost(cfg.cost)

@@ -4,6 +4,7 @@ Anything a user can get wrong (a config key, a file, a model path, a launcher fl
 `FesError` with a message that fits on one line and names the culprit. The CLI prints it
 as `fedml-fes: error: <message>` and exits non-zero, instead of a traceback wall.
 """
+
 from __future__ import annotations
 
 import logging

@@ -8,6 +8,7 @@ paper's setting). A path without weights, or a hub id with no network, is one cl
 Two kinds of prompt backbone: a masked LM (BERT, RoBERTa, ...) or a causal LM (Llama, Qwen2,
 Gemma3, GPT-2, ...); `is_causal_lm` tells them apart from the config alone.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,15 @@ from typing import Iterator
 
 import torch
 from torch import nn
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification,
-                          AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 from transformers.utils import logging as hf_logging
 
@@ -26,8 +34,12 @@ from .config import OFFLINE_MINILM
 from .errors import FesError
 from .packaged_models import PACKAGED, gguf_model_path, packaged_model_path
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
 
 
 def resolve_model_path(name: str) -> str:
@@ -60,8 +72,17 @@ def resolve_model_path(name: str) -> str:
 
 
 # models whose position ids start after the padding index (RoBERTa: 514 embeddings, 512 tokens)
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text",
-                     "xmod", "roberta-prelayernorm", "ibert")
+_OFFSET_POSITIONS = (
+    "roberta",
+    "xlm-roberta",
+    "xlm-roberta-xl",
+    "camembert",
+    "longformer",
+    "data2vec-text",
+    "xmod",
+    "roberta-prelayernorm",
+    "ibert",
+)
 
 
 def max_positions(name: str) -> tuple[int | None, str]:
@@ -73,9 +94,11 @@ def max_positions(name: str) -> tuple[int | None, str]:
     try:
         if Path(path).is_dir():
             import json
+
             config = json.loads((Path(path) / "config.json").read_text())
         else:
             from transformers import AutoConfig
+
             with quiet_transformers():
                 config = AutoConfig.from_pretrained(path, local_files_only=True).to_dict()  # no network wait
             where = f"{name}'s config"
@@ -83,8 +106,14 @@ def max_positions(name: str) -> tuple[int | None, str]:
         return None, ""
     if not isinstance(config, dict) or config.get("position_biased_input") is False:
         return None, ""  # relative positions only (DeBERTa-v2/v3): no absolute table to overrun
-    limit = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len")
-                  if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)), None)
+    limit = next(
+        (
+            config[k]
+            for k in ("max_position_embeddings", "n_positions", "max_seq_len")
+            if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)
+        ),
+        None,
+    )
     if limit is None:
         return None, ""
     pad = config.get("pad_token_id")

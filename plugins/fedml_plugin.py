@@ -38,6 +38,7 @@ What FedML does and what FeS adds, and how the two fit:
   over accepted updates, evaluation, metrics row, next plan) and returns the next message,
   `test` reports the scores the round logic already computed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,8 +93,10 @@ class ServerWatch:
     def stop(self, why: str = "") -> None:
         """End this silo in one line (used by the watch thread and by a send that failed)."""
         detail = f" ({why})" if why else ""
-        print(f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops{detail}",
-              flush=True)
+        print(
+            f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops{detail}",
+            flush=True,
+        )
         os._exit(1)
 
     def _watch(self) -> None:
@@ -126,6 +129,7 @@ class MqttServerWatch(ServerWatch):
         import uuid
 
         import paho.mqtt.client as mqtt
+
         self.server_id = str(server_id)
         self.gone = threading.Event()
         host, port = str(mqtt_config["BROKER_HOST"]), int(mqtt_config["BROKER_PORT"])
@@ -140,6 +144,7 @@ class MqttServerWatch(ServerWatch):
 
     def _on_will(self, _client, _userdata, msg) -> None:
         import json
+
         if msg.retain:  # an earlier run's server, kept by the broker
             return
         try:
@@ -154,20 +159,27 @@ class MqttServerWatch(ServerWatch):
 
     def stop(self, why: str = "") -> None:
         detail = f" ({why})" if why else ""
-        print(f"error: the server (rank 0, MQTT broker {self.ip}:{self.port}) is gone; silo rank {self.rank} "
-              f"stops{detail}", flush=True)
+        print(
+            f"error: the server (rank 0, MQTT broker {self.ip}:{self.port}) is gone; silo rank {self.rank} "
+            f"stops{detail}",
+            flush=True,
+        )
         os._exit(1)
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:
     from fedml_fes.config import parse_overrides
+
     p = argparse.ArgumentParser(description="A FeS run under FedML's cross-silo runtime (FedMLRunner).")
     p.add_argument("--cf", required=True, help="FeS run config YAML")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
     add_set_argument(p)
     p.add_argument("--rank", type=int, default=None, help="gRPC backend: this process's rank (0 = server)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir after its last checkpointed round (every rank, same flags)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir after its last checkpointed round (every rank, same flags)",
+    )
     opts, _fedml_flags = p.parse_known_args(argv)  # FedML's own flags (--rank, --role) pass through
     opts.overrides = parse_overrides(opts.set)
     return opts
@@ -229,6 +241,7 @@ def init(argv: list[str] | None = None) -> Any:
             time.sleep(2)  # let rank 0 say it; the same input fails there too
         if rank is not None:
             from mpi4py import MPI
+
             if MPI.COMM_WORLD.Get_size() > 1:
                 MPI.COMM_WORLD.Abort(1)
         raise SystemExit(1) from None
@@ -239,6 +252,7 @@ def _start_round(cfg: FesConfig, opts: argparse.Namespace, server: bool) -> int:
     checkpointed round (checked before anything is written; the config must match). A fresh
     server refuses a folder that holds an unfinished run, as `fedml-fes run` does."""
     from fedml_fes.runtime.checkpoint import check_start
+
     if not (opts.resume or server):  # a silo of a fresh run: the server checks the shared folder
         return 0
     point = check_start(cfg, opts.run_dir, opts.resume)
@@ -246,8 +260,10 @@ def _start_round(cfg: FesConfig, opts: argparse.Namespace, server: bool) -> int:
         return 0
     start = point["round"] + 1
     if start >= cfg.train.comm_round and not point["completed"]:
-        raise FesError(f"every round of the run in {opts.run_dir} is checkpointed but it was not closed: "
-                       f"fedml-fes run --cf {opts.cf} --run-dir {opts.run_dir} --resume writes its summary")
+        raise FesError(
+            f"every round of the run in {opts.run_dir} is checkpointed but it was not closed: "
+            f"fedml-fes run --cf {opts.cf} --run-dir {opts.run_dir} --resume writes its summary"
+        )
     return start
 
 
@@ -256,6 +272,7 @@ def _network_run_dir(cfg: Any, opts: Any, rank: int) -> tuple[Path, int]:
     (and builds the MLM head first); a silo only needs it to exist. Every rank reads the
     round to start from (--resume) from the shared run directory."""
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+
     start = _start_round(cfg, opts, server=rank == 0)
     if rank == 0:
         ensure_mlm_build(cfg)
@@ -266,8 +283,8 @@ def _network_run_dir(cfg: Any, opts: Any, rank: int) -> tuple[Path, int]:
 
 
 def _init(argv: list[str]) -> Any:
-    from fedml_fes_plugins.cross_silo.config import job_fingerprint, read_ipconfig
     from fedml_fes_plugins.adapters.offline import offline_fedml_init
+    from fedml_fes_plugins.cross_silo.config import job_fingerprint, read_ipconfig
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     opts = parse_cli(argv)
@@ -275,6 +292,7 @@ def _init(argv: list[str]) -> Any:
     backend = cfg.comm.backend.upper()
     if backend == "MPI":
         from mpi4py import MPI
+
         comm = MPI.COMM_WORLD
         if comm.Get_size() < 2:
             raise FesError(f"run under mpirun with 1 server + >= 1 silo (-np >= 2), got -np {comm.Get_size()}")
@@ -292,29 +310,37 @@ def _init(argv: list[str]) -> Any:
         peers = read_ipconfig(cfg.comm.grpc_ipconfig_path)
         rank, worker_num = opts.rank, cfg.comm.silo_num or len([r for r in peers if r > 0])
         if rank not in peers or worker_num < 1:
-            raise FesError(f"--rank {rank}: {cfg.comm.grpc_ipconfig_path} needs rows for the server (rank 0) "
-                           f"and at least one silo; it has ranks {sorted(peers)}")
+            raise FesError(
+                f"--rank {rank}: {cfg.comm.grpc_ipconfig_path} needs rows for the server (rank 0) "
+                f"and at least one silo; it has ranks {sorted(peers)}"
+            )
         run_dir, start = _network_run_dir(cfg, opts, rank)
     elif backend == "MQTT_S3":
         from fedml_fes_plugins.cross_silo.config import mqtt_settings, s3_settings
+
         worker_num = int(cfg.comm.silo_num)
         if opts.rank is None or not opts.run_dir:
-            raise FesError("with comm_args.backend MQTT_S3 every process needs --rank (0 = server) and the same "
-                           "--run-dir")
+            raise FesError(
+                "with comm_args.backend MQTT_S3 every process needs --rank (0 = server) and the same --run-dir"
+            )
         if worker_num < 1 or not 0 <= opts.rank <= worker_num:
-            raise FesError(f"--rank {opts.rank}: comm_args.silo_num is {worker_num}, so ranks are 0 (server) to "
-                           f"{worker_num}")
+            raise FesError(
+                f"--rank {opts.rank}: comm_args.silo_num is {worker_num}, so ranks are 0 (server) to {worker_num}"
+            )
         rank = opts.rank
         mqtt = mqtt_settings(cfg.comm.customized_training_mqtt_config)
         s3 = s3_settings(cfg.comm.customized_training_s3_config)
         run_dir, start = _network_run_dir(cfg, opts, rank)
     else:
-        raise FesError(f"the FedMLRunner plugins run over MPI (mpirun), GRPC or MQTT_S3; comm_args.backend is "
-                       f"'{cfg.comm.backend}'")
+        raise FesError(
+            f"the FedMLRunner plugins run over MPI (mpirun), GRPC or MQTT_S3; comm_args.backend is '{cfg.comm.backend}'"
+        )
     if start >= cfg.train.comm_round:  # --resume of a completed run: every rank leaves
         if rank == 0:
-            print(f"the run in {run_dir} already completed all {cfg.train.comm_round} rounds; nothing to resume",
-                  flush=True)
+            print(
+                f"the run in {run_dir} already completed all {cfg.train.comm_round} rounds; nothing to resume",
+                flush=True,
+            )
         raise SystemExit(0)
     if start and rank == 0:
         print(f"resuming after round {start - 1} of {cfg.train.comm_round}", flush=True)
@@ -323,12 +349,14 @@ def _init(argv: list[str]) -> Any:
         args.rank, args.role = rank, "server" if rank == 0 else "client"
     if backend == "GRPC":
         from fedml_fes_plugins.cross_silo.transport import use_startup_tolerant_grpc
+
         use_startup_tolerant_grpc()
         args.grpc_ipconfig_path = cfg.comm.grpc_ipconfig_path
         if rank != 0:
             args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
     if backend == "MQTT_S3":
         from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop
+
         use_flushing_mqtt_stop()
         # FedML 0.9.6 `core/distributed/fedml_comm_manager.py:83-97` fetches the FedML cloud's
         # broker and bucket unless both customized configs are set: they always are (checked
@@ -358,7 +386,9 @@ def create_model(args: Any, dataset: list[Any]):
     role = "server" if int(getattr(args, "rank", 0)) == 0 else "client"
     job = build_job(cfg, role, run_dir_of(args))
     if tuple(job.data.classes) != tuple(dataset[3].classes):
-        raise FesError(f"the dataset's classes {dataset[3].classes} differ from the config's {job.data.classes}: "
-                       "load the dataset with fedml_plugin.load_data(args)")
+        raise FesError(
+            f"the dataset's classes {dataset[3].classes} differ from the config's {job.data.classes}: "
+            "load the dataset with fedml_plugin.load_data(args)"
+        )
     args.fes_job = job
     return job.model

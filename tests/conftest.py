@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny randomly initialised BERT saved as an HF folder, small configs."""
+
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ VENV_BIN = Path(sys.executable).parent
 def load_benchmark_script(name: str):
     """benchmarks/<name>.py as a module (the scripts are not a package)."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location(f"{name}_script", REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -27,13 +29,19 @@ def save_tiny_bert(path: Path, hidden: int) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-    from fedml_fes.models import resolve_model_path
     from fedml_fes.config import OFFLINE_MINILM
+    from fedml_fes.models import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=2 * hidden, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+    )
     BertForMaskedLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -50,9 +58,17 @@ def save_tiny_llama(path: Path, layers: int = 3, hidden: int = 32) -> str:
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=128, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -71,9 +87,17 @@ def save_tiny_gguf(path: Path):
 
     tokens = list(bytes_to_unicode().values()) + ["he", "<|endoftext|>"]
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tokens), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=True, rms_norm_eps=1e-5)
+    cfg = LlamaConfig(
+        vocab_size=len(tokens),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    )
     model = LlamaForCausalLM(cfg).eval()
     sd = {k: v.numpy() for k, v in model.state_dict().items()}
     w = gguf.GGUFWriter(str(path), "llama")
@@ -92,9 +116,15 @@ def save_tiny_gguf(path: Path):
     for add in (w.add_eos_token_id, w.add_bos_token_id, w.add_pad_token_id):
         add(len(tokens) - 1)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
-    names = {"attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj",
-             "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-             "ffn_norm": "post_attention_layernorm"}
+    names = {
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+        "attn_norm": "input_layernorm",
+        "ffn_norm": "post_attention_layernorm",
+    }
     for i in range(2):
         p = f"model.layers.{i}."
         w.add_tensor(f"blk.{i}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], 4))
@@ -125,11 +155,22 @@ def small_config(tmp_path: Path, model_dir: str, **sections) -> dict:
     """A FedCLS job on BBC News small enough for seconds on 2 cores."""
     raw = {
         "common_args": {"output_dir": str(tmp_path / "runs"), "torch_threads": 1, "random_seed": 0},
-        "data_args": {"dataset": "bbc_news", "client_num_in_total": 8, "gold_labels": 32,
-                      "gold_sparsity": 100, "max_test_examples": 60, "max_train_examples": 400},
+        "data_args": {
+            "dataset": "bbc_news",
+            "client_num_in_total": 8,
+            "gold_labels": 32,
+            "gold_sparsity": 100,
+            "max_test_examples": 60,
+            "max_train_examples": 400,
+        },
         "model_args": {"model": model_dir, "max_seq_length": 32},
-        "train_args": {"method": "fedcls", "comm_round": 3, "client_num_per_round": 3, "batch_size": 4,
-                       "learning_rate": 0.001},
+        "train_args": {
+            "method": "fedcls",
+            "comm_round": 3,
+            "client_num_per_round": 3,
+            "batch_size": 4,
+            "learning_rate": 0.001,
+        },
     }
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
@@ -138,6 +179,7 @@ def small_config(tmp_path: Path, model_dir: str, **sections) -> dict:
 
 def write_config(path: Path, raw: dict) -> Path:
     import yaml
+
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -154,7 +196,9 @@ def faults(monkeypatch):
 
     def inject(**spec) -> None:
         import json
+
         from tests_faults_install import install, uninstall
+
         monkeypatch.setenv("FES_TEST_FAULTS", json.dumps(spec))
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(FAULTS_DIR), os.environ.get("PYTHONPATH")])))
         install(spec)

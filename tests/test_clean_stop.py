@@ -1,6 +1,7 @@
 """Clean stops: SIGINT / SIGTERM end `fedml-fes run` and `fedml-fes mpirun` with summary.json
 (status interrupted), one line on stderr and a non-zero exit; nothing the mpirun launcher
 started outlives it; a failed rank is named on stderr and in summary.json."""
+
 import json
 import os
 import signal
@@ -20,8 +21,9 @@ CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 def _start(args: list[str]) -> subprocess.Popen:
     """The CLI in its own session: a test that fails still finds (and kills) all it started."""
-    return subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _wait_for_rows(proc: subprocess.Popen, run_dir: Path, rows: int, timeout: float = 240) -> None:
@@ -146,7 +148,10 @@ def test_a_launcher_killed_outright_takes_mpirun_with_it(tmp_path, tiny_model_di
 def test_a_rank_killed_by_a_signal_is_named_from_mpiruns_banner():
     """A rank that dies without a word (the fault path with a word: test_resume's mpirun test)."""
     from fedml_fes_plugins.runtimes.launcher import rank_death
-    banner = ("--------\nprterun noticed that process rank 2 with PID 30519 on node vm exited on\n"
-              "signal 9 (Killed).\n--------\n")
+
+    banner = (
+        "--------\nprterun noticed that process rank 2 with PID 30519 on node vm exited on\n"
+        "signal 9 (Killed).\n--------\n"
+    )
     assert rank_death(banner) == "rank 2 (pid 30519): exited on signal 9 (Killed)"
     assert rank_death("mpirun exited normally") is None

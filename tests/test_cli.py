@@ -1,4 +1,5 @@
 """The fedml-fes command as a user runs it."""
+
 import os
 import re
 import subprocess
@@ -26,11 +27,14 @@ def test_console_script_installed():
     assert (VENV_BIN / "fedml-fes").exists()
 
 
-@pytest.mark.parametrize("setup, match", [
-    (lambda p: None, "config file not found"),
-    (lambda p: p.write_text("train_args:\n  comm_rounds: 3\n"), "unknown config key 'comm_rounds'"),
-    (lambda p: p.write_text("model_args:\n  model: /nonexistent/model\n"), "model path not found"),
-])
+@pytest.mark.parametrize(
+    "setup, match",
+    [
+        (lambda p: None, "config file not found"),
+        (lambda p: p.write_text("train_args:\n  comm_rounds: 3\n"), "unknown config key 'comm_rounds'"),
+        (lambda p: p.write_text("model_args:\n  model: /nonexistent/model\n"), "model path not found"),
+    ],
+)
 def test_bad_input_is_one_line_and_nonzero(tmp_path, setup, match):
     cf = tmp_path / "c.yaml"
     setup(cf)
@@ -66,6 +70,7 @@ def _on_a_terminal(argv: list[str], cols: int = 120, timeout_s: float = 300) -> 
     import struct
     import termios
     import time
+
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
@@ -95,8 +100,9 @@ def test_progress_bar_on_a_terminal_and_none_with_no_progress(tmp_path, tiny_mod
     """On a terminal a run shows its bar; with --no-progress only plain lines, no bar of ours
     and none of transformers' ("Loading weights", "Writing model shards")."""
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
-    code, text = _on_a_terminal([*CLI, "run", "--cf", str(cf), "--set", "train_args.comm_round=2"]
-                                + (["--no-progress"] if no_progress else []))
+    code, text = _on_a_terminal(
+        [*CLI, "run", "--cf", str(cf), "--set", "train_args.comm_round=2"] + (["--no-progress"] if no_progress else [])
+    )
     assert code == 0 and "round   1: test_acc=" in text, text[-2000:]
     bars = [m for m in ("%|", "round/s]", "s/round]", "Loading weights", "model shards") if m in text]
     assert (bars == []) == no_progress, (bars, text[-2000:])
@@ -124,6 +130,7 @@ def test_demo_compares_fes_with_the_baselines(tmp_path):
         assert (demo_dir / method / "summary.json").is_file() and (demo_dir / method / "accuracy.png").is_file()
 
 
+@pytest.mark.slow  # the real LM, prepared once in the user cache
 def test_demo_dry_run_writes_nothing(tmp_path):
     out = fes("demo", "--dry-run", "--output-dir", str(tmp_path / "runs"), timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -142,10 +149,13 @@ def test_dry_run_checks_and_describes_without_a_run_dir(tmp_path, tiny_model_dir
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("prompt, match", [
-    ({"pattern_id": 9}, "pattern_id 9 does not exist"),
-    ({"pattern": "{mask}: {text_a}", "verbalizer": {"business": "Business"}}, "does not cover classes"),
-])
+@pytest.mark.parametrize(
+    "prompt, match",
+    [
+        ({"pattern_id": 9}, "pattern_id 9 does not exist"),
+        ({"pattern": "{mask}: {text_a}", "verbalizer": {"business": "Business"}}, "does not cover classes"),
+    ],
+)
 def test_a_bad_prompt_fails_before_loading_or_writing(tmp_path, tiny_model_dir, prompt, match):
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "prompt_only"}, prompt_args=prompt)
     out = fes("run", "--cf", str(write_config(tmp_path / "c.yaml", raw)), cwd=tmp_path, timeout=120)
@@ -160,22 +170,44 @@ def test_demo_uses_the_fidelity_benchmarks_shared_settings(tmp_path):
     import yaml
 
     from fedml_fes_plugins.cli.demo import SHARED
+
     fidelity = yaml.safe_load((REPO / "run_configs" / "fidelity.yaml").read_text())
-    allowed = {"train_args.comm_round", "train_args.frequency_of_the_test", "common_args.torch_threads",
-               # shrunk alike for every method, so that full fine-tuning (FedFSL) fits in the demo's time
-               "train_args.client_num_per_round", "pseudo_args.label_clients", "pseudo_args.per_pass",
-               "data_args.max_test_examples"}
-    differ = [f"{sec}.{k}" for sec, keys in SHARED.items() for k, v in keys.items()
-              if f"{sec}.{k}" not in allowed and sec != "cost_args" and fidelity.get(sec, {}).get(k) != v]
+    allowed = {
+        "train_args.comm_round",
+        "train_args.frequency_of_the_test",
+        "common_args.torch_threads",
+        # shrunk alike for every method, so that full fine-tuning (FedFSL) fits in the demo's time
+        "train_args.client_num_per_round",
+        "pseudo_args.label_clients",
+        "pseudo_args.per_pass",
+        "data_args.max_test_examples",
+    }
+    differ = [
+        f"{sec}.{k}"
+        for sec, keys in SHARED.items()
+        for k, v in keys.items()
+        if f"{sec}.{k}" not in allowed and sec != "cost_args" and fidelity.get(sec, {}).get(k) != v
+    ]
     assert differ == []
-    left_out = [f"{sec}.{k}" for sec, keys in fidelity.items() for k in keys
-                if sec not in ("cost_args",) and k not in SHARED.get(sec, {})]
-    assert set(left_out) <= {"common_args.training_type", "common_args.output_dir", "model_args.mlm_from",
-                             "model_args.mlm_on_job_data", "train_args.method", "data_args.data_dir"}
+    left_out = [
+        f"{sec}.{k}"
+        for sec, keys in fidelity.items()
+        for k in keys
+        if sec not in ("cost_args",) and k not in SHARED.get(sec, {})
+    ]
+    assert set(left_out) <= {
+        "common_args.training_type",
+        "common_args.output_dir",
+        "model_args.mlm_from",
+        "model_args.mlm_on_job_data",
+        "train_args.method",
+        "data_args.data_dir",
+    }
     import argparse
 
     from fedml_fes.config import add_set_argument
     from fedml_fes_plugins.cli.demo import add_arguments, demo_configs, write_mlm_config
+
     p = argparse.ArgumentParser()
     add_arguments(p)
     add_set_argument(p, "x")

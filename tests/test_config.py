@@ -20,13 +20,16 @@ def test_unknown_section():
         config_from_dict({"trian_args": {}})
 
 
-@pytest.mark.parametrize("raw, match", [
-    ({"train_args": {"comm_round": "ten"}}, "train_args.comm_round' must be an integer"),
-    ({"data_args": {"partition_alpha": 0}}, "partition_alpha must be > 0"),
-    ({"data_args": {"dataset": "imdb"}}, "data_args.dataset 'imdb'"),
-    ({"train_args": {"method": "fes_v2"}}, "train_args.method 'fes_v2'"),
-    ({"tracking_args": {"enable_wandb": True}}, "enable_wandb must be false"),
-])
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"train_args": {"comm_round": "ten"}}, "train_args.comm_round' must be an integer"),
+        ({"data_args": {"partition_alpha": 0}}, "partition_alpha must be > 0"),
+        ({"data_args": {"dataset": "imdb"}}, "data_args.dataset 'imdb'"),
+        ({"train_args": {"method": "fes_v2"}}, "train_args.method 'fes_v2'"),
+        ({"tracking_args": {"enable_wandb": True}}, "enable_wandb must be false"),
+    ],
+)
 def test_bad_values_are_one_line(raw, match):
     with pytest.raises(FesError, match=match) as e:
         config_from_dict(raw)
@@ -61,15 +64,15 @@ def test_a_fes_section_key_never_shadows_a_fedml_key():
 
 def test_shipped_run_configs_parse():
     from pathlib import Path
+
     for p in sorted((Path(__file__).resolve().parents[1] / "run_configs").glob("*.yaml")):
         load_config(p)
 
 
 def test_set_items_parse_once_as_yaml_scalars():
-    assert parse_overrides(["train_args.comm_round=3", "tuning_args.bias_learning_rate=1e-2",
-                            "model_args.model=a=b"]) == {"train_args.comm_round": 3,
-                                                         "tuning_args.bias_learning_rate": "1e-2",
-                                                         "model_args.model": "a=b"}
+    assert parse_overrides(
+        ["train_args.comm_round=3", "tuning_args.bias_learning_rate=1e-2", "model_args.model=a=b"]
+    ) == {"train_args.comm_round": 3, "tuning_args.bias_learning_rate": "1e-2", "model_args.model": "a=b"}
     for bad in ("comm_round=3", "train_args.comm_round"):
         with pytest.raises(FesError, match="section.key=value"):
             parse_overrides([bad])
@@ -77,7 +80,9 @@ def test_set_items_parse_once_as_yaml_scalars():
 
 def test_one_reader_for_files_and_overrides(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("train_args:\n  comm_round: 2\ncomm_args:\n  customized_training_mqtt_config:\n    BROKER_PORT: 1883\n")
+    p.write_text(
+        "train_args:\n  comm_round: 2\ncomm_args:\n  customized_training_mqtt_config:\n    BROKER_PORT: 1883\n"
+    )
     raw = read_sections(p, {"train_args.epochs": 2, "data_args.dataset": "bbc_news"})
     assert raw["train_args"] == {"comm_round": 2, "epochs": 2} and raw["data_args"] == {"dataset": "bbc_news"}
     cfg = load_config(p, {"train_args.epochs": 2})
@@ -90,26 +95,31 @@ def test_one_reader_for_files_and_overrides(tmp_path):
     assert config_from_dict({"prompt_args": own}).prompt.verbalizer == {"a": "1"}
 
 
-@pytest.mark.parametrize("data, label", [
-    ({"dataset": "bbc_news"}, "bbc_news"),
-    ({"dataset": "agnews", "data_dir": "/data/agnews_full"}, "agnews"),  # built-in: its own name
-    ({"dataset": "custom", "train_file": "/d/reviews.csv"}, "reviews"),
-    ({"dataset": "custom", "train_file": "/d/amazon reviews (2023)_train.jsonl"}, "amazon_reviews_2023"),
-    ({"dataset": "custom", "train_file": "/home/u/support_tickets/train.csv"}, "support_tickets"),
-    ({"dataset": "custom", "train_file": "/home/u/legal/data/data.tsv.gz"}, "legal"),
-    ({"dataset": "custom", "train_file": "train.csv"}, "custom"),  # nothing better to go by
-    ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/data_files/agnews_data.h5"}, "agnews"),
-    ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/20news.h5"}, "20news"),
-    ({"dataset": "hf", "hf_dataset": "SetFit/sst2"}, "SetFit_sst2"),
-    ({"dataset": "hf", "hf_dataset": "glue", "hf_config": "sst2"}, "glue-sst2"),
-])
+@pytest.mark.parametrize(
+    "data, label",
+    [
+        ({"dataset": "bbc_news"}, "bbc_news"),
+        ({"dataset": "agnews", "data_dir": "/data/agnews_full"}, "agnews"),  # built-in: its own name
+        ({"dataset": "custom", "train_file": "/d/reviews.csv"}, "reviews"),
+        ({"dataset": "custom", "train_file": "/d/amazon reviews (2023)_train.jsonl"}, "amazon_reviews_2023"),
+        ({"dataset": "custom", "train_file": "/home/u/support_tickets/train.csv"}, "support_tickets"),
+        ({"dataset": "custom", "train_file": "/home/u/legal/data/data.tsv.gz"}, "legal"),
+        ({"dataset": "custom", "train_file": "train.csv"}, "custom"),  # nothing better to go by
+        ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/data_files/agnews_data.h5"}, "agnews"),
+        ({"dataset": "fednlp_h5", "fednlp_data_file": "/x/20news.h5"}, "20news"),
+        ({"dataset": "hf", "hf_dataset": "SetFit/sst2"}, "SetFit_sst2"),
+        ({"dataset": "hf", "hf_dataset": "glue", "hf_config": "sst2"}, "glue-sst2"),
+    ],
+)
 def test_run_folders_are_named_after_the_data(data, label):
     import re
 
     from fedml_fes.runtime.job import dataset_label, default_run_name
+
     extra = {"text_columns": ["t"], "label_column": "y"} if data["dataset"] == "custom" else {}
-    cfg = config_from_dict({"data_args": {**data, **extra}, "train_args": {"method": "fes"},
-                            "common_args": {"random_seed": 3}})
+    cfg = config_from_dict(
+        {"data_args": {**data, **extra}, "train_args": {"method": "fes"}, "common_args": {"random_seed": 3}}
+    )
     assert dataset_label(cfg) == label
     name = default_run_name(cfg)
     assert name.startswith(f"fes-{label}-s3-") and re.fullmatch(r"[A-Za-z0-9_.-]+", name)
@@ -117,14 +127,25 @@ def test_run_folders_are_named_after_the_data(data, label):
 
 def test_run_folder_of_a_custom_dataset_uses_its_file(tmp_path, monkeypatch):
     from fedml_fes.runtime.job import make_run_dir
+
     cf = tmp_path / "c.yaml"
-    cf.write_text("data_args:\n  dataset: custom\n  train_file: mail/spam_train.csv\n  text_columns: [t]\n"
-                  "  label_column: y\ncommon_args:\n  output_dir: out\n")
+    cf.write_text(
+        "data_args:\n  dataset: custom\n  train_file: mail/spam_train.csv\n  text_columns: [t]\n"
+        "  label_column: y\ncommon_args:\n  output_dir: out\n"
+    )
     monkeypatch.chdir(tmp_path)
     assert make_run_dir(load_config(cf)).name.startswith("fedcls-spam-s0-")
 
 
-@pytest.mark.parametrize("typed, dataset", [("ag_news", "agnews"), ("agnews", "agnews"), ("yelp_full", "yelp_review_full"),
-                                            ("yahoo", "yahoo_answers"), ("yahoo_answers", "yahoo_answers")])
+@pytest.mark.parametrize(
+    "typed, dataset",
+    [
+        ("ag_news", "agnews"),
+        ("agnews", "agnews"),
+        ("yelp_full", "yelp_review_full"),
+        ("yahoo", "yahoo_answers"),
+        ("yahoo_answers", "yahoo_answers"),
+    ],
+)
 def test_dataset_names_users_type(typed, dataset):
     assert config_from_dict({"data_args": {"dataset": typed, "data_dir": "/data"}}).data.dataset == dataset

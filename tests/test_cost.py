@@ -1,4 +1,5 @@
 """Cost model: FLOPs against torch's counter, memory, profiles, network, per-round accounting."""
+
 import math
 
 import numpy as np
@@ -10,8 +11,16 @@ from transformers import BertConfig, BertForMaskedLM
 from fedml_fes.config import AdapterConfig, config_from_dict
 from fedml_fes.cost.accounting import TaskRecord, cumulative_hours, first_round_reaching, round_costs, totals_up_to
 from fedml_fes.cost.calibrate import Timing, fit
-from fedml_fes.cost.flops import (FFN_OUT, QKV, EncoderShape, LoraShape, encoder_parameters, lora_backward_flops,
-                                  lora_forward_flops, training_batch_flops)
+from fedml_fes.cost.flops import (
+    FFN_OUT,
+    QKV,
+    EncoderShape,
+    LoraShape,
+    encoder_parameters,
+    lora_backward_flops,
+    lora_forward_flops,
+    training_batch_flops,
+)
 from fedml_fes.cost.meter import TaskMeter
 from fedml_fes.cost.network import Network
 from fedml_fes.cost.profiles import DeviceProfile, load_profile, profile_from_dict
@@ -19,12 +28,18 @@ from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.classifier import PromptAdapter, train_examples
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
-from fedml_fes.tuning.adapters import add_adapters, adapter_plan
+from fedml_fes.tuning.adapters import adapter_plan, add_adapters
 from fedml_fes.tuning.plan import LayerPlan, apply_tuning
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom
 
-TEXTS = ["a short text", "a somewhat longer text with more words in it to pad the batch", "x y z",
-         "hello there world", "markets fell sharply today", "the team won the final"]
+TEXTS = [
+    "a short text",
+    "a somewhat longer text with more words in it to pad the batch",
+    "x y z",
+    "hello there world",
+    "markets fell sharply today",
+    "the team won the final",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +49,14 @@ def tok():
 
 def _model(tok, mode, plan=None, seed=0):
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=64, num_hidden_layers=4, num_attention_heads=2,
-                     intermediate_size=128, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
     m = PromptMLM(BertForMaskedLM(cfg), [tok.convert_tokens_to_ids(w) for w in ("good", "bad", "fine")])
     apply_tuning(m, mode, plan)
     m.freeze_vocab_bias()
@@ -69,8 +90,9 @@ def _check_against_counter(tok, model):
     assert (m["cost_fwd_flops"] + m["cost_bwd_flops"]) == pytest.approx(counter.get_total_flops(), rel=0.03)
 
 
-@pytest.mark.parametrize("mode,plan", [("full", None), ("bias", None), ("plan", LayerPlan(4, 1, 1)),
-                                       ("plan", LayerPlan(4, 0, 2))])
+@pytest.mark.parametrize(
+    "mode,plan", [("full", None), ("bias", None), ("plan", LayerPlan(4, 1, 1)), ("plan", LayerPlan(4, 0, 2))]
+)
 def test_recorded_flops_match_torch_flop_counter(tok, mode, plan):
     _check_against_counter(tok, _model(tok, mode, plan))
 
@@ -91,8 +113,11 @@ def test_frozen_base_matrices_pay_no_weight_gradients(tok):
     weight gradients of full layers (rank 8 beside q and v of a 64-wide layer: 1/8 of them)."""
     enc = PromptEncoder(tok, "{text_a} It was {mask}.", 64)
     out = {}
-    for name, model in (("lora", _adapter_model(tok, "lora", 1)), ("bias", _model(tok, "plan", LayerPlan(4, 0, 3))),
-                        ("full", _model(tok, "plan", LayerPlan(4, 3, 0)))):
+    for name, model in (
+        ("lora", _adapter_model(tok, "lora", 1)),
+        ("bias", _model(tok, "plan", LayerPlan(4, 0, 3))),
+        ("full", _model(tok, "plan", LayerPlan(4, 3, 0))),
+    ):
         model.split = None
         with TaskMeter(model) as meter:
             model(**enc.batch(TEXTS[:4])).sum().backward()
@@ -118,9 +143,12 @@ def test_lora_formulas():
 
 # FLOPs one training task (2 epochs of 3 batches) recorded before the meter counted PEFT modules:
 # the methods without them must keep these numbers exactly
-RECORDED = {("full", None): (43303424.0, 87759872.0), ("bias", None): (43303424.0, 46865408.0),
-            ("plan", LayerPlan(4, 1, 1)): (30907392.0, 29925376.0),
-            ("plan", LayerPlan(4, 0, 2)): (30907392.0, 19701760.0)}
+RECORDED = {
+    ("full", None): (43303424.0, 87759872.0),
+    ("bias", None): (43303424.0, 46865408.0),
+    ("plan", LayerPlan(4, 1, 1)): (30907392.0, 29925376.0),
+    ("plan", LayerPlan(4, 0, 2)): (30907392.0, 19701760.0),
+}
 
 
 @pytest.mark.parametrize("mode,plan", list(RECORDED))
@@ -150,9 +178,19 @@ def test_metering_changes_nothing_in_training(tok):
         model = _model(tok, "full", seed=1)
         gen = torch.Generator().manual_seed(3)
         torch.manual_seed(3)
-        run = lambda: train_examples(model, PromptAdapter(enc), TEXTS, None, targets, epochs=1,  # noqa: E731
-                                     batch_size=2, lr=1e-3, weight_decay=0.0, generator=gen,
-                                     device=torch.device("cpu"))
+        run = lambda: train_examples(
+            model,
+            PromptAdapter(enc),
+            TEXTS,
+            None,
+            targets,
+            epochs=1,  # noqa: E731
+            batch_size=2,
+            lr=1e-3,
+            weight_decay=0.0,
+            generator=gen,
+            device=torch.device("cpu"),
+        )
         if metered:
             with TaskMeter(model) as meter:
                 run()
@@ -176,8 +214,12 @@ def test_peak_memory_parts(tok):
     f, b = out["full"], out["bias"]
     for m in (f, b):
         assert m["cost_activation_peak_bytes"] > 0
-        assert m["cost_peak_train_bytes"] == (m["cost_resident_param_bytes"] + m["cost_grad_bytes"]
-                                              + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"])
+        assert m["cost_peak_train_bytes"] == (
+            m["cost_resident_param_bytes"]
+            + m["cost_grad_bytes"]
+            + m["cost_optimizer_bytes"]
+            + m["cost_activation_peak_bytes"]
+        )
         assert m["cost_optimizer_bytes"] == 2 * m["cost_trainable_bytes"]
         # no frozen bottom: the step reads the whole model but the vocabulary bias, of which only the
         # verbalizer rows (3 floats); the class bias (3 floats) is read in full
@@ -194,8 +236,19 @@ def _train_metered(tok, model):
     enc = PromptEncoder(tok, "{text_a} It was {mask}.", 64)
     targets = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
     with TaskMeter(model) as meter:
-        train_examples(model, PromptAdapter(enc), TEXTS, None, targets, epochs=2, batch_size=2, lr=1e-3,
-                       weight_decay=0.0, generator=torch.Generator().manual_seed(0), device=torch.device("cpu"))
+        train_examples(
+            model,
+            PromptAdapter(enc),
+            TEXTS,
+            None,
+            targets,
+            epochs=2,
+            batch_size=2,
+            lr=1e-3,
+            weight_decay=0.0,
+            generator=torch.Generator().manual_seed(0),
+            device=torch.device("cpu"),
+        )
     return meter.metrics()
 
 
@@ -213,8 +266,14 @@ def test_filled_cache_keeps_the_frozen_bottom_out_of_the_training_step(tok):
     verbalizer_rows = 3 * base.config.hidden_size * 4 + 3 * 4  # 3 rows of the tied decoder, 3 vocabulary biases
     assert m["cost_resident_param_bytes"] == top + head + verbalizer_rows + model.class_bias.nbytes
     assert m["cost_fill_peak_bytes"] == _bytes(base.embeddings.parameters()) + _bytes(
-        p for layer in base.encoder.layer[:2] for p in layer.parameters())
-    step = m["cost_resident_param_bytes"] + m["cost_grad_bytes"] + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"]
+        p for layer in base.encoder.layer[:2] for p in layer.parameters()
+    )
+    step = (
+        m["cost_resident_param_bytes"]
+        + m["cost_grad_bytes"]
+        + m["cost_optimizer_bytes"]
+        + m["cost_activation_peak_bytes"]
+    )
     assert m["cost_peak_train_bytes"] == max(step, m["cost_fill_peak_bytes"])
     assert model.split.cache.misses == len(TEXTS) and model.split.cache.hits == 2 * len(TEXTS)
 
@@ -226,8 +285,12 @@ def test_bottom_run_during_training_counts_both_phases_together(tok):
     m = _train_metered(tok, model)
     whole_but_vocab_bias = m["cost_param_bytes"] - model.mlm.cls.predictions.decoder.bias.nbytes + 3 * 4
     assert m["cost_resident_param_bytes"] == whole_but_vocab_bias and m["cost_fill_peak_bytes"] == 0
-    assert m["cost_peak_train_bytes"] == (m["cost_resident_param_bytes"] + m["cost_grad_bytes"]
-                                          + m["cost_optimizer_bytes"] + m["cost_activation_peak_bytes"])
+    assert m["cost_peak_train_bytes"] == (
+        m["cost_resident_param_bytes"]
+        + m["cost_grad_bytes"]
+        + m["cost_optimizer_bytes"]
+        + m["cost_activation_peak_bytes"]
+    )
 
 
 def test_prefilled_training_matches_lazy_bottom_bit_for_bit(tok):
@@ -244,6 +307,7 @@ def test_prefilled_training_matches_lazy_bottom_bit_for_bit(tok):
 
 
 # ---- device profiles ------------------------------------------------------------------------
+
 
 def test_builtin_profiles_and_their_derivation():
     tx2, rpi, host = (load_profile(n) for n in ("jetson_tx2", "rpi_4b", "host"))
@@ -267,8 +331,12 @@ def test_unknown_or_bad_profiles_are_one_line_errors(tmp_path):
         profile_from_dict({"name": "a", "flops": 1, "compute_power_w": 1, "radio_power_w": 1}, "a.yaml")
     with pytest.raises(FesError, match="'compute_power_w' must be > 0"):
         profile_from_dict({"throughput": {"flops_per_s": 1e9}, "compute_power_w": 0, "radio_power_w": 1}, "a.yaml")
-    (tmp_path / "a.yaml").write_text("throughput: {relative_to: b, slowdown: 2}\ncompute_power_w: 1\nradio_power_w: 1\n")
-    (tmp_path / "b.yaml").write_text("throughput: {relative_to: a, slowdown: 2}\ncompute_power_w: 1\nradio_power_w: 1\n")
+    (tmp_path / "a.yaml").write_text(
+        "throughput: {relative_to: b, slowdown: 2}\ncompute_power_w: 1\nradio_power_w: 1\n"
+    )
+    (tmp_path / "b.yaml").write_text(
+        "throughput: {relative_to: a, slowdown: 2}\ncompute_power_w: 1\nradio_power_w: 1\n"
+    )
     with pytest.raises(FesError, match="loop"):
         load_profile("a", tmp_path)
 
@@ -286,17 +354,19 @@ def test_bandwidth_must_be_positive():
 
 # ---- accounting ------------------------------------------------------------------------------
 
-DEV = DeviceProfile("d", "d", flops_per_s=1e9, compute_power_w=10.0, radio_power_w=2.0, call_overhead_s=0.5,
-                    memory_bandwidth_Bps=1e9)
+DEV = DeviceProfile(
+    "d", "d", flops_per_s=1e9, compute_power_w=10.0, radio_power_w=2.0, call_overhead_s=0.5, memory_bandwidth_Bps=1e9
+)
 
 
 def test_round_time_is_label_phase_then_slowest_trainer():
     net = Network(1.0, 0.5)  # MB/s
-    tasks = [TaskRecord(0, "label", 1, flops=2e9, calls=2, bytes_down=1e6, bytes_up=0, measured_s=1),
-             TaskRecord(0, "label", 2, flops=1e9, calls=0, bytes_down=1e6, bytes_up=0, measured_s=1),
-             TaskRecord(0, "train", 1, flops=3e9, calls=0, bytes_down=1e6, bytes_up=1e6, measured_s=1,
-                        update_bytes=1e9),
-             TaskRecord(1, "train", 3, flops=1e9, calls=0, bytes_down=0, bytes_up=0, measured_s=1)]
+    tasks = [
+        TaskRecord(0, "label", 1, flops=2e9, calls=2, bytes_down=1e6, bytes_up=0, measured_s=1),
+        TaskRecord(0, "label", 2, flops=1e9, calls=0, bytes_down=1e6, bytes_up=0, measured_s=1),
+        TaskRecord(0, "train", 1, flops=3e9, calls=0, bytes_down=1e6, bytes_up=1e6, measured_s=1, update_bytes=1e9),
+        TaskRecord(1, "train", 3, flops=1e9, calls=0, bytes_down=0, bytes_up=0, measured_s=1),
+    ]
     r0, r1 = round_costs(tasks, DEV, net)
     # label: client 1 = 2 s + 1 s overhead + 1 s download = 4 s; train: 3 + 1 (update) + 1 down + 2 up = 7 s
     assert r0.label_s == pytest.approx(4.0) and r0.train_s == pytest.approx(7.0) and r0.time_s == pytest.approx(11)
@@ -318,8 +388,14 @@ def test_calibration_fit_recovers_known_rates():
     r, o, m = 5e10, 0.01, 4e9
     rng = np.random.default_rng(0)
     timings = []
-    for kind, flops, calls, upd in [("train", 4e9, 1, 7e8), ("train", 1.6e10, 1, 7e8), ("train_bias", 5e9, 1, 1e6),
-                                    ("infer", 1e10, 1, 0), ("infer", 1e9, 1, 0), ("infer", 4e10, 17, 0)]:
+    for kind, flops, calls, upd in [
+        ("train", 4e9, 1, 7e8),
+        ("train", 1.6e10, 1, 7e8),
+        ("train_bias", 5e9, 1, 1e6),
+        ("infer", 1e10, 1, 0),
+        ("infer", 1e9, 1, 0),
+        ("infer", 4e10, 17, 0),
+    ]:
         t = flops / r + calls * o + upd / m
         timings.append(Timing(kind, 4, 32, flops, calls, upd, t * (1 + 0.01 * rng.standard_normal())))
     result = fit(timings)

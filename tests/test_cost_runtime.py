@@ -1,4 +1,5 @@
 """Runs record per-client cost rows (client_costs.csv) without changing what they compute."""
+
 import csv
 from collections import OrderedDict
 
@@ -16,6 +17,7 @@ from .conftest import small_config
 
 def _run(cfg):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
 
@@ -26,10 +28,15 @@ def _rows(run_dir):
 
 
 def test_fes_run_writes_one_cost_row_per_client_task(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "comm_round": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       tuning_args={"full_layers": 0, "bias_layers": 1},
-                       pacing_args={"mode": "static", "n": 2, "k": 20}, filter_args={"knn": 3})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fes", "comm_round": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+        pacing_args={"mode": "static", "n": 2, "k": 20},
+        filter_args={"knn": 3},
+    )
     summary, run_dir = _run(config_from_dict(raw))
     assert summary["status"] == "completed"
     rows = _rows(run_dir)
@@ -38,7 +45,9 @@ def test_fes_run_writes_one_cost_row_per_client_task(tmp_path, tiny_model_dir):
     for m in metrics:  # as many rows as clients that labeled and trained in the round
         r = int(m["round"])
         assert len([x for x in rows if int(x["round"]) == r and x["phase"] == "train"]) == len(m["clients"].split())
-        assert len([x for x in rows if int(x["round"]) == r and x["phase"] == "label"]) == len(m["label_clients"].split())
+        assert len([x for x in rows if int(x["round"]) == r and x["phase"] == "label"]) == len(
+            m["label_clients"].split()
+        )
     label = [x for x in rows if x["phase"] == "label"]
     train = [x for x in rows if x["phase"] == "train"]
     assert all(float(x["fwd_flops"]) > 0 and float(x["bwd_flops"] or 0) == 0 for x in label)
@@ -63,8 +72,9 @@ def test_rejected_update_still_costs_and_is_marked(tmp_path, tiny_model_dir):
     server = RoundServer(job, FedAvgCore(job), RunRecorder(run_dir, "test_acc"))
     good = server.global_params()
     bad = OrderedDict((k, v.clone().fill_(float("nan"))) for k, v in good.items())
-    server.finish_round(0, [ClientUpdate(0, 1, good, 2.0, {"compute_s": 0.5, "cost_fwd_flops": 10.0}),
-                            ClientUpdate(0, 2, bad, 5.0)])
+    server.finish_round(
+        0, [ClientUpdate(0, 1, good, 2.0, {"compute_s": 0.5, "cost_fwd_flops": 10.0}), ClientUpdate(0, 2, bad, 5.0)]
+    )
     rows = _rows(run_dir)
     assert [(x["client_id"], x["accepted"]) for x in rows] == [("1", "1"), ("2", "0")]
     assert rows[0]["fwd_flops"] == "10" and rows[1]["fwd_flops"] == ""
@@ -80,15 +90,30 @@ def test_costs_are_identical_under_mpirun(tmp_path, tiny_model_dir):
     from fedml_fes_plugins.runtimes.launcher import run_mpirun
 
     from .conftest import write_config
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pseudo_args={"label_clients": 3, "per_pass": 10})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
     mpi_dir = make_run_dir(cfg, str(tmp_path / "mpi"))
     run_mpirun(cfg, str(cf), 3, mpi_dir, None, [], echo=lambda _l: None, timeout_s=600)
     local, local_dir = _run(cfg)
     assert json.loads((mpi_dir / "summary.json").read_text())["per_round"] == local["per_round"]
-    keys = ("round", "phase", "client_id", "fwd_flops", "bwd_flops", "encoder_calls", "bytes_down", "bytes_up",
-            "activation_peak_bytes", "peak_train_bytes")
+    keys = (
+        "round",
+        "phase",
+        "client_id",
+        "fwd_flops",
+        "bwd_flops",
+        "encoder_calls",
+        "bytes_down",
+        "bytes_up",
+        "activation_peak_bytes",
+        "peak_train_bytes",
+    )
     assert [[x[k] for k in keys] for x in _rows(mpi_dir)] == [[x[k] for k in keys] for x in _rows(local_dir)]

@@ -6,6 +6,7 @@ as the server and three device processes speaking its protocol; a run that compl
 matches the in-process runtime), a device whose training fails, and a device killed mid-run.
 Every run has a deadline; every process a run starts is stopped by the launcher.
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,12 +31,21 @@ RUN_LIMIT_S = 300  # one run's deadline on a loaded 2-core machine; unloaded it 
 
 def _raw(tmp_path: Path, model_dir: str, **train) -> dict:
     raw = small_config(tmp_path, model_dir, train_args={"method": "fes", "comm_round": 2, **train})
-    raw["comm_args"] = {"backend": "MQTT_S3_MNN", "silo_num": 3, "round_timeout_s": 120, "join_timeout_s": 200,
-                        "worker_timeout_s": 200,
-                        # replaced by --local-services; required keys so the settings load
-                        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
-                        "customized_training_s3_config": {"CN_S3_ENDPOINT": "http://127.0.0.1:1", "CN_S3_AKI": "k",
-                                                          "CN_S3_SAK": "s", "BUCKET_NAME": "fes"}}
+    raw["comm_args"] = {
+        "backend": "MQTT_S3_MNN",
+        "silo_num": 3,
+        "round_timeout_s": 120,
+        "join_timeout_s": 200,
+        "worker_timeout_s": 200,
+        # replaced by --local-services; required keys so the settings load
+        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
+        "customized_training_s3_config": {
+            "CN_S3_ENDPOINT": "http://127.0.0.1:1",
+            "CN_S3_AKI": "k",
+            "CN_S3_SAK": "s",
+            "BUCKET_NAME": "fes",
+        },
+    }
     return raw
 
 
@@ -68,11 +78,16 @@ def test_the_error_line_names_the_cause_not_the_last_will_that_followed():
             return self.error
 
     gone = "device 1: the server went offline (its MQTT last will)"
-    children = {"device 1": Ended(gone), "device 2": Ended(None),
-                "server": Ended("server: device 1 failed in round 1: injected fault in round 1")}
+    children = {
+        "device 1": Ended(gone),
+        "device 2": Ended(None),
+        "server": Ended("server: device 1 failed in round 1: injected fault in round 1"),
+    }
     assert _first_failure(children) == "server: device 1 failed in round 1: injected fault in round 1"
-    killed = {"server": Ended("server: device 2 went offline (its MQTT last will) before the run finished"),
-              "device 2": Ended("device 2 exited with code -9 (see device2.log)")}
+    killed = {
+        "server": Ended("server: device 2 went offline (its MQTT last will) before the run finished"),
+        "device 2": Ended("device 2 exited with code -9 (see device2.log)"),
+    }
     assert _first_failure(killed) == "device 2 exited with code -9 (see device2.log)"
     assert _first_failure({"device 1": Ended(gone)}) == gone
     assert _first_failure({"device 1": Ended(None)}) is None
@@ -113,10 +128,14 @@ def test_fedml_stand_ins_are_scoped():
     pytest.importorskip("MNN", reason="FedML's cross-device server imports MNN (pip install MNN)")
     from fedml.core.distributed.communication.s3.remote_storage_mnn import S3MNNStorage
     from fedml.cross_device.server_mnn import fedml_server_manager, server_mnn_api
+
     from fedml_fes_plugins.cross_device import shims
 
-    before = (server_mnn_api.FedMLAggregator, fedml_server_manager.write_tensor_dict_to_mnn,
-              S3MNNStorage.upload_model_file)
+    before = (
+        server_mnn_api.FedMLAggregator,
+        fedml_server_manager.write_tensor_dict_to_mnn,
+        S3MNNStorage.upload_model_file,
+    )
 
     def fail(msg):
         raise AssertionError(msg)
@@ -125,8 +144,11 @@ def test_fedml_stand_ins_are_scoped():
         assert server_mnn_api.FedMLAggregator is shims.FesDeviceAggregator
         assert fedml_server_manager.write_tensor_dict_to_mnn is shims.write_message_file
         assert S3MNNStorage.upload_model_file is not before[2]
-    assert (server_mnn_api.FedMLAggregator, fedml_server_manager.write_tensor_dict_to_mnn,
-            S3MNNStorage.upload_model_file) == before
+    assert (
+        server_mnn_api.FedMLAggregator,
+        fedml_server_manager.write_tensor_dict_to_mnn,
+        S3MNNStorage.upload_model_file,
+    ) == before
 
 
 # ---- slow: whole runs over a real broker and bucket ------------------------------------------
@@ -135,11 +157,13 @@ def services_ready():
     pytest.importorskip("MNN", reason="FedML's cross-device server imports MNN (pip install MNN)")
     pytest.importorskip("moto", reason="a local S3 endpoint needs moto[server]")
     from .test_cross_silo_services import ensure_mosquitto
+
     return ensure_mosquitto()
 
 
 def _run(cf: Path, run_dir: Path, echo=lambda _l: None) -> dict:
     from fedml_fes_plugins.cross_device.launch import run_local
+
     return run_local(str(cf), [], str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S)
 
 
@@ -174,8 +198,10 @@ def test_three_devices_run_fes_on_fedml_cross_device_server(tmp_path, tiny_model
         assert float(a["train_loss"]) == pytest.approx(float(b["train_loss"]), rel=1e-4)
     pids = json.loads((run_dir / "processes.json").read_text())
     assert not [n for n, pid in pids.items() if _alive(pid)]
-    print(f"\ncross-device run: {wall:.1f}s wall, rounds {summary['rounds_completed']}, final {summary['final']:.4f}, "
-          f"bytes down {stats['bytes_down']}, up {stats['bytes_up']}")
+    print(
+        f"\ncross-device run: {wall:.1f}s wall, rounds {summary['rounds_completed']}, final {summary['final']:.4f}, "
+        f"bytes down {stats['bytes_down']}, up {stats['bytes_up']}"
+    )
 
 
 @pytest.mark.slow

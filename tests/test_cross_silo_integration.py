@@ -3,6 +3,7 @@
 
 Every process a test starts is killed in its `finally`; every wait has a deadline.
 """
+
 import csv
 import json
 import os
@@ -34,15 +35,17 @@ def mosquitto_exe() -> str:
 def _config(tmp_path: Path, model_dir: str, backend: str, name: str = "c.yaml", **sections) -> Path:
     raw = small_config(tmp_path, model_dir, **sections)
     raw["common_args"]["training_type"] = "cross_silo"
-    raw.setdefault("comm_args", {}).update({"backend": backend, "silo_num": 3, "join_timeout_s": 240,
-                                            **sections.get("comm_args", {})})
+    raw.setdefault("comm_args", {}).update(
+        {"backend": backend, "silo_num": 3, "join_timeout_s": 240, **sections.get("comm_args", {})}
+    )
     return write_config(tmp_path / name, raw)
 
 
 def _in_process(cf: Path, run_dir: Path) -> dict:
-    from fedml_fes.runtime.job import make_run_dir
     from fedml_fes.config import load_config
+    from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cfg = load_config(cf)
     return run_in_process(cfg, make_run_dir(cfg, str(run_dir)), progress=False, echo=lambda _l: None)
 
@@ -86,11 +89,30 @@ class Processes:
         logs.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, role: str, rank: int, run_dir: Path, *extra: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(self.cf),
-               "--role", role, "--rank", str(rank), "--run-dir", str(run_dir), *extra]
+        cmd = [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "fedml_fes_plugins.cross_silo.main",
+            "--cf",
+            str(self.cf),
+            "--role",
+            role,
+            "--rank",
+            str(rank),
+            "--run-dir",
+            str(run_dir),
+            *extra,
+        ]
         with (self.logs / f"{name}.log").open("a") as out:
-            self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+            self.procs[name] = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
         return self.procs[name]
 
     def log(self, name: str) -> str:
@@ -116,8 +138,10 @@ class Processes:
 
 def _ipconfig(path: Path, silo_num: int = 3) -> str:
     from fedml_fes_plugins.cross_silo.services import free_port
-    rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [f"{r},{r},127.0.0.1,{free_port()}"
-                                                          for r in range(silo_num + 1)]
+
+    rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [
+        f"{r},{r},127.0.0.1,{free_port()}" for r in range(silo_num + 1)
+    ]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
@@ -125,10 +149,12 @@ def _ipconfig(path: Path, silo_num: int = 3) -> str:
 def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     """Same seed, same per-round accuracies; nothing written outside the run directory."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+
     cf = _config(tmp_path, tiny_model_dir, "GRPC", comm_args={"round_timeout_s": 120})
     lines: list[str] = []
-    summary = run_local(str(cf), [], str(tmp_path / "silo"), local_services=True, echo=lines.append,
-                        timeout_s=RUN_LIMIT_S)
+    summary = run_local(
+        str(cf), [], str(tmp_path / "silo"), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S
+    )
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo_grpc"
     assert summary["per_round"] == local["per_round"] and len(local["per_round"]) == 3
@@ -136,16 +162,18 @@ def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     assert any(line.startswith("round   2: test_acc=") for line in lines)
     assert [r["clients"] for r in _rows(tmp_path / "silo")] == [r["clients"] for r in _rows(tmp_path / "local")]
     assert list(clean_home.iterdir()) == []
-    print(f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
-          f"cross-silo gRPC {_round_wall(tmp_path / 'silo'):.3f}s")
+    print(
+        f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
+        f"cross-silo gRPC {_round_wall(tmp_path / 'silo'):.3f}s"
+    )
 
 
 def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, mosquitto_exe, faults):
     """mosquitto + moto S3 on loopback; silo 2 is SIGKILLed while it holds round tasks: the
     server waits round_timeout_s, aggregates what arrived, logs the dropout and finishes."""
     from fedml_fes_plugins.cross_silo.launch import run_local
-    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 5},
-                 comm_args={"round_timeout_s": 6})
+
+    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 5}, comm_args={"round_timeout_s": 6})
     faults(stall_in_round=1, stall_on_rank=2, stall_s=300)
     run_dir = tmp_path / "silo"
     lines: list[str] = []
@@ -172,8 +200,10 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
     pids = json.loads((run_dir / "processes.json").read_text())
     assert set(pids) == {"server", "silo1", "silo2", "silo3", "mosquitto", "moto"}
     assert _wait_dead(pids.values(), 5) == []
-    print(f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
-          f"cross-silo MQTT_S3 {_round_wall(run_dir):.3f}s (round {r} waited for the timeout)")
+    print(
+        f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
+        f"cross-silo MQTT_S3 {_round_wall(run_dir):.3f}s (round {r} waited for the timeout)"
+    )
 
 
 def _owned_by(rank: int, clients: str, silo_num: int = 3) -> list[int]:
@@ -184,10 +214,15 @@ def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path
     """FedFSL (pseudo labels on the silo's disk): silo 2 is killed mid-round and restarted on
     the same directory; the server drops the lost tasks, takes it back with its devices'
     stored labels, and the run completes with silo 2's devices training again."""
-    cf = _config(tmp_path, tiny_model_dir, "GRPC", train_args={"method": "fedfsl", "comm_round": 6},
-                 data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                 pseudo_args={"label_clients": 3, "per_pass": 10},
-                 comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 240})
+    cf = _config(
+        tmp_path,
+        tiny_model_dir,
+        "GRPC",
+        train_args={"method": "fedfsl", "comm_round": 6},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+        comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 240},
+    )
     faults(stall_in_round=2, stall_on_rank=2, stall_s=300)
     run_dir = tmp_path / "run"
     with Processes(cf, tmp_path / "logs") as procs:
@@ -196,8 +231,10 @@ def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path
             procs.start(f"silo{rank}", "client", rank, run_dir / "silos" / str(rank))
         procs.wait_for("silo2", "stalling in round", RUN_LIMIT_S)
         store = run_dir / "silos" / "2" / "clients"
-        stored = {int(p.parent.name): len(json.loads(p.read_text())["example_ids"])
-                  for p in store.glob("*/pseudo_labels.json")}
+        stored = {
+            int(p.parent.name): len(json.loads(p.read_text())["example_ids"])
+            for p in store.glob("*/pseudo_labels.json")
+        }
         procs.procs["silo2"].send_signal(signal.SIGKILL)
         procs.procs["silo2"].wait()
         os.environ.pop("FES_TEST_FAULTS")  # the restarted silo does not stall (monkeypatch restores it)
@@ -225,11 +262,11 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
     import torch
 
     from fedml_fes_plugins.adapters import messages as m
+    from fedml_fes_plugins.adapters.wire import tensors_from_wire
     from fedml_fes_plugins.cross_silo import protocol as p
     from fedml_fes_plugins.cross_silo.config import load_cross_silo
     from fedml_fes_plugins.cross_silo.node import QueuedCommManager
     from fedml_fes_plugins.cross_silo.transport import fedml_args
-    from fedml_fes_plugins.adapters.wire import tensors_from_wire
 
     cfg, settings = load_cross_silo(cf)
     node = QueuedCommManager(fedml_args(cfg, settings, rank), settings, rank)
@@ -245,8 +282,16 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
                 bad[name].view(-1)[0] = float("nan")
             elif kind == "shape":
                 bad[name] = torch.zeros(3, 3, dtype=bad[name].dtype)
-            out.append({"round_idx": t.round_idx, "client_id": t.client_id if kind != "foreign" else 0,
-                        "params": bad, "weight": 5.0, "metrics": {}, "report": {}})
+            out.append(
+                {
+                    "round_idx": t.round_idx,
+                    "client_id": t.client_id if kind != "foreign" else 0,
+                    "params": bad,
+                    "weight": 5.0,
+                    "metrics": {},
+                    "report": {},
+                }
+            )
         return out
 
     def logic() -> None:
@@ -256,8 +301,18 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
         while not stop.is_set() and time.monotonic() < deadline:
             if not joined and time.monotonic() - last > 1:
                 last = time.monotonic()
-                node.send(node.message(m.MSG_C2S_JOIN, 0, **{m.KEY_RANK: rank, m.KEY_SESSION: "rogue",
-                                                               m.KEY_FINGERPRINT: settings.fingerprint, m.KEY_STATE: {}}))
+                node.send(
+                    node.message(
+                        m.MSG_C2S_JOIN,
+                        0,
+                        **{
+                            m.KEY_RANK: rank,
+                            m.KEY_SESSION: "rogue",
+                            m.KEY_FINGERPRINT: settings.fingerprint,
+                            m.KEY_STATE: {},
+                        },
+                    )
+                )
             got = node.next_message(0.5)
             if got is None:
                 continue
@@ -268,8 +323,9 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
                 return
             elif msg_type == m.MSG_S2C_TASKS:
                 tasks = p.parse_tasks(msg.get(m.KEY_TASKS))
-                reply = node.message(m.MSG_C2S_UPDATES, 0, **{m.KEY_ROUND: msg.get(m.KEY_ROUND),
-                                                              m.KEY_PHASE: msg.get(m.KEY_PHASE)})
+                reply = node.message(
+                    m.MSG_C2S_UPDATES, 0, **{m.KEY_ROUND: msg.get(m.KEY_ROUND), m.KEY_PHASE: msg.get(m.KEY_PHASE)}
+                )
                 if tasks:
                     kind = kinds[len(sent) % len(kinds)]
                     sent.append(kind)
@@ -281,8 +337,13 @@ def _rogue_silo(cf: Path, rank: int, stop: threading.Event, sent: list[str]) -> 
 
 
 def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, tiny_model_dir):
-    cf = _config(tmp_path, tiny_model_dir, "GRPC", train_args={"comm_round": 6, "client_num_per_round": 4},
-                 comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 120})
+    cf = _config(
+        tmp_path,
+        tiny_model_dir,
+        "GRPC",
+        train_args={"comm_round": 6, "client_num_per_round": 4},
+        comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 120},
+    )
     run_dir = tmp_path / "run"
     stop, sent = threading.Event(), []
     rogue = threading.Thread(target=_rogue_silo, args=(cf, 3, stop, sent), daemon=True)
@@ -301,9 +362,12 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
     assert summary["final"] == summary["final"]  # not NaN
     assert len(sent) >= 3, sent
     events = (run_dir / "events.log").read_text()
-    expected = {"nan": "has non-finite values", "shape": "is ((3, 3), torch.float32)",
-                "garbage": "rejected from silo rank 3: payload is a str, not a list of updates",
-                "foreign": "rejected from silo rank 3: update for client 0, which this silo was not asked to play"}
+    expected = {
+        "nan": "has non-finite values",
+        "shape": "is ((3, 3), torch.float32)",
+        "garbage": "rejected from silo rank 3: payload is a str, not a list of updates",
+        "foreign": "rejected from silo rank 3: update for client 0, which this silo was not asked to play",
+    }
     for kind in set(sent):
         assert expected[kind] in events, (kind, events)
     for row in _rows(run_dir):  # the rogue's devices (2, 5) never made it into an average
@@ -314,8 +378,8 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
 def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquitto_exe, faults):
     """Every device raises in round 1: one error line, every process (broker and S3 too) gone."""
     from fedml_fes_plugins.cross_silo.launch import run_local
-    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 4},
-                 comm_args={"round_timeout_s": 60})
+
+    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 4}, comm_args={"round_timeout_s": 60})
     faults(raise_in_round=1)
     run_dir = tmp_path / "silo"
     with pytest.raises(FesError) as e:
@@ -329,12 +393,14 @@ def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquit
 
 
 def test_killing_the_launcher_leaves_no_process_behind(tmp_path, tiny_model_dir, mosquitto_exe):
-    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 200},
-                 comm_args={"round_timeout_s": 60})
+    cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 200}, comm_args={"round_timeout_s": 60})
     run_dir = tmp_path / "silo"
     fes = Path(sys.executable).parent / "fedml-fes"
-    launcher = subprocess.Popen([str(fes), "cross-silo-local", "--local-services", "--cf", str(cf),
-                                 "--run-dir", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    launcher = subprocess.Popen(
+        [str(fes), "cross-silo-local", "--local-services", "--cf", str(cf), "--run-dir", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pids: dict = {}
     try:
         deadline = time.monotonic() + RUN_LIMIT_S
@@ -359,13 +425,19 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
     """`fedml build` client/server packages, then run them the way FedML's agent does: unzip,
     rewrite config/fedml_config.yaml with the run's values, start the entry with --cf --rank
     --role. Edge ids are not ranks, as on the platform."""
-    import yaml
     import zipfile
 
+    import yaml
+
     from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+
     dest = tmp_path / "build"
-    out = subprocess.run(["bash", str(REPO / "deploy" / "build_mlops_packages.sh"), str(dest)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        ["bash", str(REPO / "deploy" / "build_mlops_packages.sh"), str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     packages = {kind: dest / "dist-packages" / f"{kind}-package.zip" for kind in ("client", "server")}
     wheel = zipfile.ZipFile(next((dest / "stage" / "src" / "wheels").glob("fedml_fes-*.whl"))).namelist()
@@ -373,17 +445,32 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
         assert init.relative_to(REPO).as_posix() in wheel, init
     for kind, zip_path in packages.items():
         names = zipfile.ZipFile(zip_path).namelist()
-        for member in ("fedml/fes_mlops_entry.py", "fedml/config/fedml_config.yaml", "fedml/config/fes_config.yaml",
-                       "fedml/config/bootstrap.sh", "conf/fedml.yaml"):
+        for member in (
+            "fedml/fes_mlops_entry.py",
+            "fedml/config/fedml_config.yaml",
+            "fedml/config/fes_config.yaml",
+            "fedml/config/bootstrap.sh",
+            "conf/fedml.yaml",
+        ):
             assert f"{kind}-package/{member}" in names, (kind, member)
         assert any(n.startswith(f"{kind}-package/fedml/wheels/fedml_fes-") for n in names)
     broker, s3 = start_mosquitto(tmp_path / "mq"), start_s3(tmp_path / "s3")
     edges, server_id, run_id = [1001, 1002], 77, 4242
-    overrides = {"model_args.model": tiny_model_dir, "model_args.max_seq_length": 32, "common_args.torch_threads": 1,
-                 "data_args.client_num_in_total": 8, "data_args.gold_labels": 32, "data_args.gold_sparsity": 100,
-                 "data_args.max_test_examples": 60, "data_args.max_train_examples": 400,
-                 "train_args.comm_round": 2, "train_args.client_num_per_round": 3, "train_args.learning_rate": 0.001,
-                 "comm_args.join_timeout_s": 240, "comm_args.round_timeout_s": 120}
+    overrides = {
+        "model_args.model": tiny_model_dir,
+        "model_args.max_seq_length": 32,
+        "common_args.torch_threads": 1,
+        "data_args.client_num_in_total": 8,
+        "data_args.gold_labels": 32,
+        "data_args.gold_sparsity": 100,
+        "data_args.max_test_examples": 60,
+        "data_args.max_train_examples": 400,
+        "train_args.comm_round": 2,
+        "train_args.client_num_per_round": 3,
+        "train_args.learning_rate": 0.001,
+        "comm_args.join_timeout_s": 240,
+        "comm_args.round_timeout_s": 120,
+    }
 
     def install(kind: str, rank: int, edge_id: int) -> Path:
         root = tmp_path / f"agent{rank}"
@@ -393,12 +480,18 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
         (conf / "mqtt_config.yaml").write_text(yaml.safe_dump(broker.config))
         (conf / "s3_config.yaml").write_text(yaml.safe_dump(s3.config))
         shell = yaml.safe_load((conf / "fedml_config.yaml").read_text())
-        shell["comm_args"].update(mqtt_config_path=str(conf / "mqtt_config.yaml"),
-                                  s3_config_path=str(conf / "s3_config.yaml"))
+        shell["comm_args"].update(
+            mqtt_config_path=str(conf / "mqtt_config.yaml"), s3_config_path=str(conf / "s3_config.yaml")
+        )
         shell["common_args"]["using_mlops"] = True
-        shell["train_args"].update(run_id=run_id, client_num_in_total=len(edges), client_num_per_round=len(edges),
-                                   client_id=edge_id, server_id=str(server_id),
-                                   client_id_list=str(edges if rank == 0 else [edge_id]).replace(" ", ""))
+        shell["train_args"].update(
+            run_id=run_id,
+            client_num_in_total=len(edges),
+            client_num_per_round=len(edges),
+            client_id=edge_id,
+            server_id=str(server_id),
+            client_id_list=str(edges if rank == 0 else [edge_id]).replace(" ", ""),
+        )
         shell["device_args"]["worker_num"] = len(edges)
         shell["fes_overrides"] = overrides
         (conf / "fedml_config.yaml").write_text(yaml.safe_dump(shell))
@@ -410,10 +503,26 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
         for rank, fedml_dir in enumerate(dirs):
             role = "server" if rank == 0 else "client"
             with (tmp_path / f"entry{rank}.log").open("w") as log:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-W", "ignore", "fes_mlops_entry.py", "--cf", "config/fedml_config.yaml",
-                     "--rank", str(rank), "--role", role], cwd=fedml_dir, stdout=log, stderr=subprocess.STDOUT,
-                    env={**os.environ, "OMP_NUM_THREADS": "1"}))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-W",
+                            "ignore",
+                            "fes_mlops_entry.py",
+                            "--cf",
+                            "config/fedml_config.yaml",
+                            "--rank",
+                            str(rank),
+                            "--role",
+                            role,
+                        ],
+                        cwd=fedml_dir,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, "OMP_NUM_THREADS": "1"},
+                    )
+                )
         assert procs[0].wait(timeout=RUN_LIMIT_S) == 0, (tmp_path / "entry0.log").read_text()[-3000:]
         for rank in (1, 2):
             assert procs[rank].wait(timeout=30) == 0, (tmp_path / f"entry{rank}.log").read_text()[-3000:]
@@ -429,8 +538,9 @@ def test_mlops_packages_build_and_run_like_the_octopus_agent(tmp_path, tiny_mode
     assert "silos joined: ranks [1, 2] over MQTT_S3" in (tmp_path / "entry0.log").read_text()
 
 
-def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run(tmp_path, tiny_model_dir,
-                                                                                 monkeypatch, capsys):
+def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
     """FedFSL over gRPC (pseudo labels on the silos' disks): the server is SIGKILLed while it
     saves round 1's checkpoint, after the silos labeled in round 1. Re-running without --resume
     is refused; `cross-silo-local --resume` continues after round 0, every silo restores its
@@ -439,9 +549,16 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
     from fedml_fes_plugins.cross_silo.launch import run_local
 
     from .test_resume import KILLER
-    cf = _config(tmp_path, tiny_model_dir, "GRPC", train_args={"method": "fedfsl", "comm_round": 3},
-                 data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                 pseudo_args={"label_clients": 3, "per_pass": 10}, comm_args={"round_timeout_s": 120})
+
+    cf = _config(
+        tmp_path,
+        tiny_model_dir,
+        "GRPC",
+        train_args={"method": "fedfsl", "comm_round": 3},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+        comm_args={"round_timeout_s": 120},
+    )
     killer = tmp_path / "killer"
     killer.mkdir()
     (killer / "sitecustomize.py").write_text(KILLER)
@@ -461,8 +578,9 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
     assert len(err) == 1 and "holds an unfinished run (rounds 0-0 of 3 done): pass --resume" in err[0], err
 
     lines: list[str] = []
-    summary = run_local(str(cf), [], str(run_dir), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S,
-                        resume=True)
+    summary = run_local(
+        str(cf), [], str(run_dir), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S, resume=True
+    )
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["per_round"] == local["per_round"]
     assert any(line.startswith("resuming after round 0 of 3") for line in lines), lines
@@ -472,5 +590,7 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
 
     def labels(paths) -> dict:
         return {p.parent.name: p.read_bytes() for p in paths}
-    assert labels((run_dir / "silos").glob("*/clients/*/pseudo_labels.json")) == \
-        labels((tmp_path / "local" / "clients").glob("*/pseudo_labels.json"))
+
+    assert labels((run_dir / "silos").glob("*/clients/*/pseudo_labels.json")) == labels(
+        (tmp_path / "local" / "clients").glob("*/pseudo_labels.json")
+    )

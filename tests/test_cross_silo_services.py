@@ -4,6 +4,7 @@ mosquitto comes from Debian (`apt-get install mosquitto`); when it is missing an
 run as root with apt-get (CI containers), the fixture installs it. The tests skip only when
 it truly cannot be had, and say why.
 """
+
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from fedml_fes.errors import FesError
 
 def ensure_mosquitto() -> str:
     from fedml_fes_plugins.cross_silo.services import find_mosquitto
+
     try:
         return find_mosquitto()
     except FesError:
@@ -41,6 +43,7 @@ def mosquitto_exe() -> str:
 @pytest.fixture
 def broker(tmp_path, mosquitto_exe):
     from fedml_fes_plugins.cross_silo.services import start_mosquitto
+
     service = start_mosquitto(tmp_path / "mosquitto")
     try:
         yield service
@@ -51,6 +54,7 @@ def broker(tmp_path, mosquitto_exe):
 @pytest.fixture
 def s3(tmp_path):
     from fedml_fes_plugins.cross_silo.services import start_s3
+
     service = start_s3(tmp_path / "s3")
     try:
         yield service
@@ -60,6 +64,7 @@ def s3(tmp_path):
 
 def test_local_broker_and_s3_pass_the_checks(broker, s3):
     from fedml_fes_plugins.cross_silo.checks import check_mqtt, check_s3
+
     check_mqtt(broker.config, 5.0)
     check_s3(s3.config, 5.0)
     with pytest.raises(FesError, match="bucket 'other' does not exist"):
@@ -69,6 +74,7 @@ def test_local_broker_and_s3_pass_the_checks(broker, s3):
 def test_wrong_mqtt_credentials_are_refused_within_seconds(tmp_path, mosquitto_exe):
     from fedml_fes_plugins.cross_silo.checks import check_mqtt
     from fedml_fes_plugins.cross_silo.services import start_mosquitto
+
     broker = start_mosquitto(tmp_path / "auth", users={"fes": "right"})
     try:
         check_mqtt(broker.config, 5.0)
@@ -89,11 +95,17 @@ def test_wrong_s3_credentials_are_refused(tmp_path):
 
     from fedml_fes_plugins.cross_silo.checks import check_s3
     from fedml_fes_plugins.cross_silo.services import s3_client, start_s3
+
     service = start_s3(tmp_path / "s3auth", env={"INITIAL_NO_AUTH_ACTION_COUNT": "4"}, create_bucket=False)
     try:
         endpoint = service.config["CN_S3_ENDPOINT"]
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup",
-                           aws_secret_access_key="setup")
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="setup",
+            aws_secret_access_key="setup",
+        )
         iam.create_user(UserName="fes")
         key = iam.create_access_key(UserName="fes")["AccessKey"]
         policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
@@ -117,8 +129,9 @@ def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, m
     from types import SimpleNamespace
 
     import paho.mqtt.client as paho
-    from fedml_fes_plugins.cross_silo import transport  # imports FedML quietly
     from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
+
+    from fedml_fes_plugins.cross_silo import transport  # imports FedML quietly
 
     cls = mqtt_s3.MqttS3MultiClientsCommManager
     monkeypatch.setattr(cls, "stop_receive_message", cls.stop_receive_message)  # undone after the test
@@ -127,8 +140,10 @@ def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, m
     connected, closers, ended = threading.Event(), [], {}
     client.on_connect = lambda *_a: connected.set()
     close = client._sock_close
-    client._sock_close = lambda: (client._sock is not None and closers.append(threading.current_thread().name),
-                                  close())[1]
+    client._sock_close = lambda: (
+        client._sock is not None and closers.append(threading.current_thread().name),
+        close(),
+    )[1]
     client.connect("127.0.0.1", broker.port, keepalive=30)
 
     def loop() -> None:
@@ -143,8 +158,9 @@ def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, m
     with client._in_callback_mutex:  # on_connect has returned: the loop is idle in select()
         pass
     # FedML's manager as its stop (mqtt_s3_multi_clients_comm_manager.py:334-337) reads it
-    manager = SimpleNamespace(mqtt_mgr=SimpleNamespace(_client=client, loop_stop=client.loop_stop,
-                                                       disconnect=client.disconnect))
+    manager = SimpleNamespace(
+        mqtt_mgr=SimpleNamespace(_client=client, loop_stop=client.loop_stop, disconnect=client.disconnect)
+    )
     cls.stop_receive_message(manager).join(timeout=30)
     loop_thread.join(timeout=10)
     assert not loop_thread.is_alive() and "error" not in ended, ended

@@ -1,5 +1,6 @@
 """dataset: custom from YAML alone: CSV layouts (header or not, delimiter, classes.txt ids), the
 one-line errors a user's file can cause, and run_configs/data_custom_example.yaml's dry run."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,13 @@ CLASSES = ("negative", "neutral", "positive")
 
 def _custom(tmp_path, **data_args) -> dict:
     """A custom-dataset config whose train/test files live in tmp_path."""
-    d = {"dataset": "custom", "train_file": str(tmp_path / "train.csv"), "test_file": str(tmp_path / "test.csv"),
-         "client_num_in_total": 2, "gold_labels": 2}
+    d = {
+        "dataset": "custom",
+        "train_file": str(tmp_path / "train.csv"),
+        "test_file": str(tmp_path / "test.csv"),
+        "client_num_in_total": 2,
+        "gold_labels": 2,
+    }
     d.update(data_args)
     return {"data_args": d}
 
@@ -39,8 +45,11 @@ def _write(path, text: str):
 
 # ---------- layouts ----------
 
+
 def test_header_row_columns_by_name(tmp_path):
-    _write(tmp_path / "train.csv", 'id,title,body,label\n1,Good,"fast, quiet",positive\n2,Bad,"loud\nand slow",negative\n')
+    _write(
+        tmp_path / "train.csv", 'id,title,body,label\n1,Good,"fast, quiet",positive\n2,Bad,"loud\nand slow",negative\n'
+    )
     _write(tmp_path / "test.csv", "id,title,body,label\n3,Fine,ok,positive\n")
     train, test = _splits(tmp_path, text_columns=["title", "body"], label_column="label")
     assert train.texts == ("Good fast, quiet", "Bad loud and slow")
@@ -66,8 +75,11 @@ def test_header_row_is_data_when_csv_header_is_false(tmp_path):
 
 
 def test_no_header_needs_column_numbers_and_consistent_rows(tmp_path):
-    with pytest.raises(FesError, match=r"csv_header is false, so data_args.text_columns must be 0-based column "
-                                       r"numbers .* got 'title'"):
+    with pytest.raises(
+        FesError,
+        match=r"csv_header is false, so data_args.text_columns must be 0-based column "
+        r"numbers .* got 'title'",
+    ):
         config_from_dict(_custom(tmp_path, csv_header=False, text_columns=["title"], label_column=0))
     with pytest.raises(FesError, match=r"data_args.label_column must be 0-based column numbers .* got 'label'"):
         config_from_dict(_custom(tmp_path, csv_header=False, text_columns=[1], label_column="label"))
@@ -82,15 +94,22 @@ def test_no_header_needs_column_numbers_and_consistent_rows(tmp_path):
 def test_no_header_is_for_csv_files(tmp_path):
     _write(tmp_path / "train.jsonl", '{"0": "x", "1": "y"}\n')
     with pytest.raises(FesError, match=r"csv_header: false is for .csv/.tsv files; .*train.jsonl is JSON lines"):
-        _splits(tmp_path, train_file=str(tmp_path / "train.jsonl"), test_file="", csv_header=False,
-                text_columns=[0], label_column=1)
+        _splits(
+            tmp_path,
+            train_file=str(tmp_path / "train.jsonl"),
+            test_file="",
+            csv_header=False,
+            text_columns=[0],
+            label_column=1,
+        )
 
 
 @pytest.mark.parametrize("given, char", [(";", ";"), ("tab", "\t"), ("\\t", "\t"), ("\t", "\t"), ("pipe", "|")])
 def test_delimiter(tmp_path, given, char):
     _write(tmp_path / "train.csv", f"text{char}label\nhello, world{char}pos\nbye{char}neg\n")
-    cfg = config_from_dict(_custom(tmp_path, test_file="", delimiter=given, text_columns=["text"],
-                                   label_column="label", test_fraction=0.5))
+    cfg = config_from_dict(
+        _custom(tmp_path, test_file="", delimiter=given, text_columns=["text"], label_column="label", test_fraction=0.5)
+    )
     assert cfg.data.delimiter == char
     train, test = load_splits(cfg)
     assert sorted(train.texts + test.texts) == ["bye", "hello, world"]  # the comma is no delimiter here
@@ -104,6 +123,7 @@ def test_bad_delimiter_is_one_line():
 
 
 # ---------- classes.txt ----------
+
 
 def _ids_data(tmp_path, train_ids, test_ids=("1",)):
     _write(tmp_path / "classes.txt", "negative\nneutral\npositive\n\n")  # a trailing blank line is fine
@@ -122,17 +142,27 @@ def test_classes_file_maps_one_based_ids_to_names(tmp_path):
 def test_classes_file_with_zero_based_ids(tmp_path):
     train, _ = _splits(tmp_path, label_index_base=0, **_ids_data(tmp_path, ["0", "2", "1"]))
     assert [train.classes[i] for i in train.labels] == ["negative", "positive", "neutral"]
-    with pytest.raises(FesError, match=r"train.csv row 1: class id '3' is outside 0..2, the 3 classes of "
-                                       r".*classes.txt \(data_args.label_index_base: 0\)"):
+    with pytest.raises(
+        FesError,
+        match=r"train.csv row 1: class id '3' is outside 0..2, the 3 classes of "
+        r".*classes.txt \(data_args.label_index_base: 0\)",
+    ):
         _splits(tmp_path, label_index_base=0, **_ids_data(tmp_path, ["3"]))
 
 
-@pytest.mark.parametrize("train_ids, test_ids, match", [
-    (["1", "0"], ["1"], r"train.csv row 2: class id '0' is outside 1..3, the 3 classes of .*classes.txt"),
-    (["1", "4"], ["1"], r"train.csv row 2: class id '4' is outside 1..3"),
-    (["1", "2"], ["1", "neutral"], r"test.csv row 2: label 'neutral' is not a class id 1..3 of "
-                                   r"data_args.classes_file .*classes.txt"),
-])
+@pytest.mark.parametrize(
+    "train_ids, test_ids, match",
+    [
+        (["1", "0"], ["1"], r"train.csv row 2: class id '0' is outside 1..3, the 3 classes of .*classes.txt"),
+        (["1", "4"], ["1"], r"train.csv row 2: class id '4' is outside 1..3"),
+        (
+            ["1", "2"],
+            ["1", "neutral"],
+            r"test.csv row 2: label 'neutral' is not a class id 1..3 of "
+            r"data_args.classes_file .*classes.txt",
+        ),
+    ],
+)
 def test_classes_file_bad_ids_name_file_row_and_value(tmp_path, train_ids, test_ids, match):
     with pytest.raises(FesError, match=match):
         _splits(tmp_path, **_ids_data(tmp_path, train_ids, test_ids))
@@ -155,6 +185,7 @@ def test_classes_file_problems(tmp_path):
 
 
 # ---------- broken files: one line naming the file and the line ----------
+
 
 def _read(path, classes=()):
     return read_custom(str(path), "", ColumnMapping(("text",), "label", classes=classes))
@@ -179,8 +210,11 @@ def test_unterminated_quote_later_in_a_record(tmp_path):
 def test_missing_closing_quote_that_a_later_quote_closes(tmp_path):
     # the quote of line 3 is closed by the one opening line 5: strict reading catches the swallow
     p = _write(tmp_path / "train.csv", 'text,label\nfine,pos\n"oops,neg\nswallowed,pos\n"next",neg\n')
-    with pytest.raises(FesError, match=rf"^{re.escape(str(p))} line 3: a quoted field opens on this line and runs "
-                                       r"on to line 5, .*is its closing quote missing on line 3\?"):
+    with pytest.raises(
+        FesError,
+        match=rf"^{re.escape(str(p))} line 3: a quoted field opens on this line and runs "
+        r"on to line 5, .*is its closing quote missing on line 3\?",
+    ):
         _read(p)
 
 
@@ -191,16 +225,20 @@ def test_stray_quote_after_a_closed_field(tmp_path):
 
 
 def test_unknown_label_names_file_row_line_and_label(tmp_path):
-    p = _write(tmp_path / "train.csv", 'text,label\none,pos\nok,zzz\n')
+    p = _write(tmp_path / "train.csv", "text,label\none,pos\nok,zzz\n")
     with pytest.raises(FesError, match=rf"^{re.escape(str(p))} row 3: label 'zzz' is not in data_args.classes"):
         _read(p, classes=("neg", "pos"))
     p = _write(tmp_path / "train.csv", 'text,label\n"two\nlines",pos\nok,zzz\n')
-    with pytest.raises(FesError, match=rf"^{re.escape(str(p))} row 3 \(line 4\): label 'zzz' is not in "
-                                       r"data_args.classes \(neg, pos\)"):
+    with pytest.raises(
+        FesError,
+        match=rf"^{re.escape(str(p))} row 3 \(line 4\): label 'zzz' is not in "
+        r"data_args.classes \(neg, pos\)",
+    ):
         _read(p, classes=("neg", "pos"))
 
 
 # ---------- the PVP and the example config ----------
+
 
 def _example_data(tmp_path) -> dict:
     """Files for run_configs/data_custom_example.yaml in tmp_path, and the overrides that point at
@@ -209,15 +247,24 @@ def _example_data(tmp_path) -> dict:
     rows = [(f"Item {i}", f"{texts[c]}, take {i}", c) for i in range(10) for c in CLASSES]
     _write(tmp_path / "train.csv", "title,body,label\n" + "".join(f'{t},"{b}",{c}\n' for t, b, c in rows))
     _write(tmp_path / "test.csv", "title,body,label\n" + "".join(f'{t},"{b}",{c}\n' for t, b, c in rows[:9]))
-    return {"data_args.train_file": str(tmp_path / "train.csv"), "data_args.test_file": str(tmp_path / "test.csv"),
-            "data_args.client_num_in_total": 3, "data_args.gold_labels": 6, "train_args.client_num_per_round": 2,
-            "common_args.output_dir": str(tmp_path / "runs")}
+    return {
+        "data_args.train_file": str(tmp_path / "train.csv"),
+        "data_args.test_file": str(tmp_path / "test.csv"),
+        "data_args.client_num_in_total": 3,
+        "data_args.gold_labels": 6,
+        "train_args.client_num_per_round": 2,
+        "common_args.output_dir": str(tmp_path / "runs"),
+    }
 
 
 def _example(tmp_path, tiny_model_dir, **overrides):
     cf = shutil.copy(EXAMPLE, tmp_path / "example.yaml")
-    model = {"model_args.model": tiny_model_dir, "model_args.mlm_from": "", "model_args.mlm_on_job_data": False,
-             "model_args.max_seq_length": 32}
+    model = {
+        "model_args.model": tiny_model_dir,
+        "model_args.mlm_from": "",
+        "model_args.mlm_on_job_data": False,
+        "model_args.max_seq_length": 32,
+    }
     return load_config(cf, {**_example_data(tmp_path), **model, **overrides})
 
 
@@ -228,8 +275,10 @@ def test_example_config_dry_run(tmp_path, tiny_model_dir, method):
     lines = preview_run(cfg)
     text = "\n".join(lines)
     assert "data: custom, 30 training texts, 9 test, 3 classes (negative, neutral, positive)" in text
-    assert "prompt: '{text_a} All in all, it was {mask}', verbalizer negative -> bad, neutral -> okay, " \
-           "positive -> good" in text
+    assert (
+        "prompt: '{text_a} All in all, it was {mask}', verbalizer negative -> bad, neutral -> okay, "
+        "positive -> good" in text
+    )
     assert f"method: {method}," in text and not (tmp_path / "runs").exists()
 
 
@@ -255,8 +304,14 @@ def test_example_config_no_header_variant_dry_run(tmp_path, tiny_model_dir):
     _write(tmp_path / "classes.txt", "\n".join(CLASSES) + "\n")
     train = _write(tmp_path / "ids_train.csv", "".join(f'"{i % 3 + 1}","Item {i}","text {i}"\n' for i in range(30)))
     test = _write(tmp_path / "ids_test.csv", '"3","A","b"\n"1","C","d"\n"2","E","f"\n')
-    variant.update({"data_args.classes": [], "data_args.classes_file": str(tmp_path / "classes.txt"),
-                    "data_args.train_file": str(train), "data_args.test_file": str(test)})
+    variant.update(
+        {
+            "data_args.classes": [],
+            "data_args.classes_file": str(tmp_path / "classes.txt"),
+            "data_args.train_file": str(train),
+            "data_args.test_file": str(test),
+        }
+    )
     cfg = _example(tmp_path, tiny_model_dir, **variant)
     assert (cfg.data.csv_header, cfg.data.text_columns, cfg.data.label_column) == (False, ["1", "2"], "0")
     text = "\n".join(preview_run(cfg))
@@ -266,8 +321,11 @@ def test_example_config_no_header_variant_dry_run(tmp_path, tiny_model_dir):
 
 def test_verbalizer_missing_a_class_fails_before_any_model_loads(tmp_path, tiny_model_dir, monkeypatch):
     cfg = _example(tmp_path, tiny_model_dir, **{"prompt_args.verbalizer": {"negative": "bad", "positive": "good"}})
-    with pytest.raises(FesError, match=r"^verbalizer does not cover classes \['neutral'\] "
-                                       r"\(it maps \['negative', 'positive'\]\)$"):
+    with pytest.raises(
+        FesError,
+        match=r"^verbalizer does not cover classes \['neutral'\] "
+        r"\(it maps \['negative', 'positive'\]\)$",
+    ):
         preview_run(cfg)
     # a real run's model build checks the verbalizer before it reads any weights
     from fedml_fes.data.federated import build_federated_data
@@ -287,10 +345,21 @@ def test_the_example_trains_as_the_fidelity_benchmarks_shared_config():
     """A user who starts from the example gets the measured config, not one of its own: every key
     outside the data, the PVP and evaluation-only settings equals run_configs/fidelity.yaml's."""
     from fedml_fes_plugins.bench.fidelity import DATASET_FILE_KEYS
+
     example, shared = load_config(EXAMPLE).to_dict(), load_config(REPO / "run_configs" / "fidelity.yaml").to_dict()
     own = {f"{s}.{k}" for s, keys in DATASET_FILE_KEYS.items() for k in keys}
-    evaluation = {"train_args.method", "train_args.frequency_of_the_test", "data_args.max_test_examples",
-                  "common_args.torch_threads", "common_args.output_dir"}
-    differ = [f"{s}.{k}" for s in shared if s != "cost_args" for k in shared[s]
-              if f"{s}.{k}" not in own | evaluation and example[s][k] != shared[s][k]]
+    evaluation = {
+        "train_args.method",
+        "train_args.frequency_of_the_test",
+        "data_args.max_test_examples",
+        "common_args.torch_threads",
+        "common_args.output_dir",
+    }
+    differ = [
+        f"{s}.{k}"
+        for s in shared
+        if s != "cost_args"
+        for k in shared[s]
+        if f"{s}.{k}" not in own | evaluation and example[s][k] != shared[s][k]
+    ]
     assert differ == []

@@ -18,8 +18,10 @@ def _write_agnews(d, rows, classes=("World", "Sports", "Business", "Sci/Tech")):
 
 
 def test_agnews_reader_official_layout(tmp_path):
-    rows = ['"3","Wall St. Bears Claw Back","Reuters - Short-sellers\\nare back."\n',
-            '"1","Title","Body with ""quotes"""\n']
+    rows = [
+        '"3","Wall St. Bears Claw Back","Reuters - Short-sellers\\nare back."\n',
+        '"1","Title","Body with ""quotes"""\n',
+    ]
     _write_agnews(tmp_path / "ag", rows)
     data = read_agnews(tmp_path / "ag", "train")
     assert list(data.labels) == [2, 0]
@@ -28,12 +30,15 @@ def test_agnews_reader_official_layout(tmp_path):
     assert data.classes[3] == "Sci/Tech"
 
 
-@pytest.mark.parametrize("row, match", [
-    ('"5","t","d"\n', r"row 1: class index 5 outside 1..4"),
-    ('"1","only title"\n', r"row 1: expected 3 columns"),
-    ('"x","t","d"\n', r"row 1: class index 'x' is not an integer"),
-    ('"2","",""\n', r"row 1: empty text"),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ('"5","t","d"\n', r"row 1: class index 5 outside 1..4"),
+        ('"1","only title"\n', r"row 1: expected 3 columns"),
+        ('"x","t","d"\n', r"row 1: class index 'x' is not an integer"),
+        ('"2","",""\n', r"row 1: empty text"),
+    ],
+)
 def test_agnews_reader_bad_rows(tmp_path, row, match):
     _write_agnews(tmp_path / "ag", [row])
     with pytest.raises(FesError, match=match):

@@ -1,4 +1,5 @@
 """FedNLP h5 interop: export ours, import theirs, round-trip exactly, read both name spellings."""
+
 import json
 
 import h5py
@@ -6,12 +7,17 @@ import numpy as np
 import pytest
 
 from fedml_fes.config import config_from_dict
-from fedml_fes.data.fednlp_h5 import (partition_name, read_fednlp_data, read_fednlp_partition, write_fednlp_data,
-                                      write_fednlp_partition)
 from fedml_fes.data.federated import build_federated_data
+from fedml_fes.data.fednlp_h5 import (
+    partition_name,
+    read_fednlp_data,
+    read_fednlp_partition,
+    write_fednlp_data,
+    write_fednlp_partition,
+)
+from fedml_fes.data.sources import load_source
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cli.partition import export_fednlp
-from fedml_fes.data.sources import load_source
 
 
 def fednlp_style_files(tmp_path, name="niid_label_clients=3_alpha=1.0"):
@@ -20,9 +26,14 @@ def fednlp_style_files(tmp_path, name="niid_label_clients=3_alpha=1.0"):
     texts = [f"news item {i}" for i in range(12)]
     labels = ["3", "4", "1", "2"] * 3  # FedNLP keeps AG News' class indices as label strings
     with h5py.File(data, "w") as f:
-        attrs = {"index_list": list(range(12)), "train_index_list": list(range(9)),
-                 "test_index_list": list(range(9, 12)), "num_labels": 4, "task_type": "text_classification",
-                 "label_vocab": {"3": 0, "4": 1, "1": 2, "2": 3}}
+        attrs = {
+            "index_list": list(range(12)),
+            "train_index_list": list(range(9)),
+            "test_index_list": list(range(9, 12)),
+            "num_labels": 4,
+            "task_type": "text_classification",
+            "label_vocab": {"3": 0, "4": 1, "1": 2, "2": 3},
+        }
         f["attributes"] = json.dumps(attrs)
         for i, (x, y) in enumerate(zip(texts, labels)):
             f["X/" + str(i)] = x
@@ -40,14 +51,25 @@ def fednlp_style_files(tmp_path, name="niid_label_clients=3_alpha=1.0"):
 
 
 def import_config(data, part, name, clients=3, **extra):
-    return config_from_dict({"data_args": {"dataset": "fednlp_h5", "fednlp_data_file": str(data),
-                                           "fednlp_partition_file": str(part), "fednlp_partition_name": name,
-                                           "partition_method": "fednlp_h5", "client_num_in_total": clients,
-                                           "gold_labels": 3, **extra}})
+    return config_from_dict(
+        {
+            "data_args": {
+                "dataset": "fednlp_h5",
+                "fednlp_data_file": str(data),
+                "fednlp_partition_file": str(part),
+                "fednlp_partition_name": name,
+                "partition_method": "fednlp_h5",
+                "client_num_in_total": clients,
+                "gold_labels": 3,
+                **extra,
+            }
+        }
+    )
 
 
-@pytest.mark.parametrize("spelling", ["niid_label_clients=3_alpha=1.0", "niid_label_clients=3_alpha=1",
-                                      "niid_label_clients=3.0_alpha=1.00"])
+@pytest.mark.parametrize(
+    "spelling", ["niid_label_clients=3_alpha=1.0", "niid_label_clients=3_alpha=1", "niid_label_clients=3.0_alpha=1.00"]
+)
 def test_import_fednlp_files_in_either_spelling(tmp_path, spelling):
     data, part = fednlp_style_files(tmp_path)
     fed, oracle = build_federated_data(import_config(data, part, spelling))
@@ -66,8 +88,11 @@ def test_file_written_with_alpha_1_found_by_alpha_1_0(tmp_path):
 
 def test_import_errors_name_file_and_key(tmp_path):
     data, part = fednlp_style_files(tmp_path)
-    with pytest.raises(FesError, match=r"fednlp_partition_name 'niid_label_clients=3_alpha=0.5' is not in .*"
-                                       r"\(it has: niid_label_clients=3_alpha=1.0, uniform\)"):
+    with pytest.raises(
+        FesError,
+        match=r"fednlp_partition_name 'niid_label_clients=3_alpha=0.5' is not in .*"
+        r"\(it has: niid_label_clients=3_alpha=1.0, uniform\)",
+    ):
         build_federated_data(import_config(data, part, "niid_label_clients=3_alpha=0.5"))
     with pytest.raises(FesError, match=r"has 3 clients but data_args.client_num_in_total is 4"):
         build_federated_data(import_config(data, part, "niid_label_clients=3_alpha=1.0", clients=4))
@@ -109,13 +134,22 @@ def test_partition_names_follow_fednlp():
 
 
 def test_export_then_import_round_trips_exactly(tmp_path):
-    cfg = config_from_dict({"data_args": {"client_num_in_total": 10, "max_train_examples": 300,
-                                          "max_test_examples": 50, "gold_sparsity": 1.0}})
+    cfg = config_from_dict(
+        {
+            "data_args": {
+                "client_num_in_total": 10,
+                "max_train_examples": 300,
+                "max_test_examples": 50,
+                "gold_sparsity": 1.0,
+            }
+        }
+    )
     splits = load_source(cfg)
     ours, our_oracle = build_federated_data(cfg)
     data_path, part_path = export_fednlp(cfg, ours, splits.train, tmp_path)
-    back, oracle = build_federated_data(import_config(data_path, part_path, ours.partition, clients=10,
-                                                      gold_labels=64, gold_sparsity=1.0))
+    back, oracle = build_federated_data(
+        import_config(data_path, part_path, ours.partition, clients=10, gold_labels=64, gold_sparsity=1.0)
+    )
     assert back.clients == ours.clients  # same texts, ids, gold labels, pools
     assert back.classes == ours.classes and back.test.texts == ours.test.texts
     assert np.array_equal(back.test.labels, ours.test.labels) and back.client_test == ours.client_test
@@ -124,12 +158,14 @@ def test_export_then_import_round_trips_exactly(tmp_path):
     # another gold setting on the same FedNLP partition draws fresh gold labels from the seed
     other, _ = build_federated_data(import_config(data_path, part_path, ours.partition, clients=10, gold_labels=5))
     assert sum(c.num_gold for c in other.clients) == 5
-    assert [len(c.gold_example_ids) + len(c.unlabeled) for c in other.clients] == \
-           [len(c.gold_example_ids) + len(c.unlabeled) for c in ours.clients]
+    assert [len(c.gold_example_ids) + len(c.unlabeled) for c in other.clients] == [
+        len(c.gold_example_ids) + len(c.unlabeled) for c in ours.clients
+    ]
 
 
 def test_export_keeps_other_partitions_and_pairs(tmp_path):
     from fedml_fes.data.readers import LabeledTexts
+
     train = LabeledTexts(("p1", "p2"), np.array([0, 1]), ("no", "yes"), ("h1", "h2"))
     test = LabeledTexts(("p3",), np.array([1]), ("no", "yes"), ("h3",))
     write_fednlp_data(tmp_path / "d.h5", train, test, "pairs")
@@ -137,8 +173,13 @@ def test_export_keeps_other_partitions_and_pairs(tmp_path):
     assert back.train.texts_b == ("h1", "h2") and back.test.texts_b == ("h3",)
     part = tmp_path / "p.h5"
     write_fednlp_partition(part, "uniform", [np.array([0]), np.array([1])], [np.array([2]), np.array([])], {})
-    write_fednlp_partition(part, "niid_label_clients=2_alpha=1.0", [np.array([1]), np.array([0])],
-                           [np.array([]), np.array([2])], {"alpha": 1.0})
+    write_fednlp_partition(
+        part,
+        "niid_label_clients=2_alpha=1.0",
+        [np.array([1]), np.array([0])],
+        [np.array([]), np.array([2])],
+        {"alpha": 1.0},
+    )
     with h5py.File(part, "r") as f:
         assert sorted(f.keys()) == ["niid_label_clients=2_alpha=1.0", "uniform"]
     assert [p.tolist() for p in read_fednlp_partition(part, "uniform").train] == [[0], [1]]
@@ -158,11 +199,13 @@ def test_failed_export_leaves_previous_file_and_no_temp(tmp_path):
 def test_fedml_fednlp_code_reads_our_export(tmp_path):
     """FedML 0.9.6 ships FedNLP's BaseDataManager: its own readers open our files."""
     from fedml_fes_plugins.adapters.offline import import_fedml
+
     import_fedml()
     from fedml.data.fednlp.base.data_manager.base_data_manager import BaseDataManager
 
-    cfg = config_from_dict({"data_args": {"client_num_in_total": 5, "max_train_examples": 100,
-                                          "max_test_examples": 20}})
+    cfg = config_from_dict(
+        {"data_args": {"client_num_in_total": 5, "max_train_examples": 100, "max_test_examples": 20}}
+    )
     splits = load_source(cfg)
     ours, oracle = build_federated_data(cfg)
     data_path, part_path = export_fednlp(cfg, ours, splits.train, tmp_path)
@@ -183,8 +226,15 @@ def test_fedml_fednlp_code_reads_our_export(tmp_path):
 
 
 # texts FedNLP stores as they are: whitespace runs, tabs, newlines, edges, non-ASCII
-AWKWARD = ["two  spaces", "\ttab\tinside", "line\nbreak\r\nwindows", "  leading and trailing  ",
-           "non-ASCII: café, naïve, 東京, emoji 🙂", "mixed \t \n runs  \u00a0nbsp\u2009thin", "plain"]
+AWKWARD = [
+    "two  spaces",
+    "\ttab\tinside",
+    "line\nbreak\r\nwindows",
+    "  leading and trailing  ",
+    "non-ASCII: café, naïve, 東京, emoji 🙂",
+    "mixed \t \n runs  \u00a0nbsp\u2009thin",
+    "plain",
+]
 
 
 def _raw_x(path) -> dict[str, bytes]:
@@ -194,6 +244,7 @@ def _raw_x(path) -> dict[str, bytes]:
 
 def test_fednlp_texts_survive_write_read_byte_equal(tmp_path):
     from fedml_fes.data.readers import LabeledTexts
+
     n = len(AWKWARD)
     train = LabeledTexts(tuple(AWKWARD), np.arange(n) % 2, ("a", "b"), tuple(reversed(AWKWARD)))
     test = LabeledTexts((" x  y ", "z\t"), np.array([0, 1]), ("a", "b"), ("\nq", "r  "))
@@ -210,9 +261,16 @@ def test_fednlp_import_then_export_is_byte_identical(tmp_path):
     texts = AWKWARD + ["news item 7"]
     with h5py.File(src, "w") as f:  # as FedNLP's loaders write: str -> variable-length UTF-8
         n = len(texts)
-        f["attributes"] = json.dumps({"index_list": list(range(n)), "train_index_list": list(range(n - 2)),
-                                      "test_index_list": [n - 2, n - 1], "num_labels": 2,
-                                      "task_type": "text_classification", "label_vocab": {"x": 0, "y": 1}})
+        f["attributes"] = json.dumps(
+            {
+                "index_list": list(range(n)),
+                "train_index_list": list(range(n - 2)),
+                "test_index_list": [n - 2, n - 1],
+                "num_labels": 2,
+                "task_type": "text_classification",
+                "label_vocab": {"x": 0, "y": 1},
+            }
+        )
         for i, t in enumerate(texts):
             f["X/" + str(i)] = t
             f["Y/" + str(i)] = "xy"[i % 2]

@@ -1,4 +1,5 @@
 """No label leaks: nothing a client can reach holds the labels of its unlabeled examples."""
+
 import gc
 import json
 import pickle
@@ -46,17 +47,29 @@ def assert_no_leak(root, oracle: LabelOracle, clients) -> None:
 def _pairs_config(tmp_path):
     rows = [{"p": f"premise {i}", "h": f"hypothesis {i}", "y": ["yes", "no", "maybe"][i % 3]} for i in range(120)]
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return {"data_args": {"dataset": "custom", "train_file": str(tmp_path / "pairs.jsonl"), "text_columns": ["p"],
-                          "text_b_columns": ["h"], "label_column": "y", "client_num_in_total": 6, "gold_labels": 12,
-                          "gold_sparsity": 100}}
+    return {
+        "data_args": {
+            "dataset": "custom",
+            "train_file": str(tmp_path / "pairs.jsonl"),
+            "text_columns": ["p"],
+            "text_b_columns": ["h"],
+            "label_column": "y",
+            "client_num_in_total": 6,
+            "gold_labels": 12,
+            "gold_sparsity": 100,
+        }
+    }
 
 
 @pytest.mark.parametrize("which", ["bbc", "pairs", "quantity"])
 def test_clients_cannot_reach_hidden_labels(tmp_path, which):
-    raw = {"bbc": {"data_args": {"client_num_in_total": 10}},
-           "quantity": {"data_args": {"client_num_in_total": 10, "partition_method": "niid_quantity",
-                                      "partition_beta": 0.5}},
-           "pairs": None}[which] or _pairs_config(tmp_path)
+    raw = {
+        "bbc": {"data_args": {"client_num_in_total": 10}},
+        "quantity": {
+            "data_args": {"client_num_in_total": 10, "partition_method": "niid_quantity", "partition_beta": 0.5}
+        },
+        "pairs": None,
+    }[which] or _pairs_config(tmp_path)
     data, oracle = build_federated_data(config_from_dict(raw))
     for client in data.clients:
         assert isinstance(client, ClientData) and isinstance(client.unlabeled, UnlabeledPool)

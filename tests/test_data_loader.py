@@ -1,4 +1,5 @@
 """The FedML data loader plugin: FedML's 8-element list, every local entry tagged with its client."""
+
 import numpy as np
 import pytest
 
@@ -6,9 +7,16 @@ from fedml_fes.config import config_from_dict
 from fedml_fes.data.federated import ClientData, build_federated_data
 from fedml_fes_plugins.adapters.data_loader import LocalTestData, config_from_args, dataset_list, load
 
-RAW = {"common_args": {"random_seed": 3},
-       "data_args": {"client_num_in_total": 8, "gold_labels": 16, "gold_sparsity": 100, "max_train_examples": 400,
-                     "max_test_examples": 80}}
+RAW = {
+    "common_args": {"random_seed": 3},
+    "data_args": {
+        "client_num_in_total": 8,
+        "gold_labels": 16,
+        "gold_sparsity": 100,
+        "max_train_examples": 400,
+        "max_test_examples": 80,
+    },
+}
 
 
 def test_eight_element_list_in_fedml_order():
@@ -38,6 +46,7 @@ def test_flat_fedml_args_give_the_same_data():
 def test_fedml_trainer_picks_each_clients_data():
     """FedML's cross-silo FedMLTrainer indexes the dicts by client id and trains on that entry."""
     from fedml_fes_plugins.adapters.offline import import_fedml
+
     import_fedml()
     from fedml.core import ClientTrainer
     from fedml.cross_silo.client.fedml_trainer import FedMLTrainer
@@ -67,17 +76,31 @@ def test_fedml_trainer_picks_each_clients_data():
 
 def test_pairs_reach_the_global_gold_pool(tmp_path):
     import json
+
     rows = [{"p": f"p{i}", "h": f"h{i}", "y": i % 2} for i in range(40)]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = config_from_dict({"data_args": {"dataset": "custom", "train_file": str(tmp_path / "d.jsonl"),
-                                          "text_columns": ["p"], "text_b_columns": ["h"], "label_column": "y",
-                                          "client_num_in_total": 4, "gold_labels": 6, "gold_sparsity": 100}})
+    cfg = config_from_dict(
+        {
+            "data_args": {
+                "dataset": "custom",
+                "train_file": str(tmp_path / "d.jsonl"),
+                "text_columns": ["p"],
+                "text_b_columns": ["h"],
+                "label_column": "y",
+                "client_num_in_total": 4,
+                "gold_labels": 6,
+                "gold_sparsity": 100,
+            }
+        }
+    )
     gold = load(cfg)[0][2]
     assert gold.is_pair and [b[1:] for b in gold.texts_b] == [a[1:] for a in gold.texts]
 
 
 def test_bad_args_are_one_line():
     from types import SimpleNamespace
+
     from fedml_fes.errors import FesError
+
     with pytest.raises(FesError, match="data_args.partition_alpha must be > 0"):
         config_from_args(SimpleNamespace(partition_alpha=0, dataset="bbc_news"))

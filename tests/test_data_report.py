@@ -1,4 +1,5 @@
 """`fedml-fes partition`: per-client counts, compact for 1,000 clients, CSV and PNG heat map."""
+
 import csv
 import json
 import subprocess
@@ -17,10 +18,16 @@ CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 
 def test_partition_command_prints_counts_and_writes_csv_png_h5(tmp_path):
-    cf = write_config(tmp_path / "c.yaml", {"common_args": {"output_dir": str(tmp_path / "runs")},
-                                            "data_args": {"client_num_in_total": 12}})
-    out = subprocess.run([*CLI, "partition", "--cf", str(cf), "--out", str(tmp_path / "p"), "--fednlp-h5"],
-                         capture_output=True, text=True, timeout=120)
+    cf = write_config(
+        tmp_path / "c.yaml",
+        {"common_args": {"output_dir": str(tmp_path / "runs")}, "data_args": {"client_num_in_total": 12}},
+    )
+    out = subprocess.run(
+        [*CLI, "partition", "--cf", str(cf), "--out", str(tmp_path / "p"), "--fednlp-h5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "bbc_news: 1699 train examples over 12 clients (niid_label_clients=12_alpha=1.0)" in text
@@ -31,24 +38,36 @@ def test_partition_command_prints_counts_and_writes_csv_png_h5(tmp_path):
     assert len(rows) == 12 and sum(int(r["gold"]) for r in rows) == 64
     assert sum(int(r["total"]) for r in rows) == 1699
     assert all(int(r["total"]) == int(r["gold"]) + int(r["unlabeled"]) for r in rows)
-    assert all(sum(int(r[c]) for c in ("business", "entertainment", "politics", "sports", "tech")) == int(r["total"])
-               for r in rows)
+    assert all(
+        sum(int(r[c]) for c in ("business", "entertainment", "politics", "sports", "tech")) == int(r["total"])
+        for r in rows
+    )
     png = (tmp_path / "p" / "partition.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert (tmp_path / "p" / "bbc_news_data.h5").is_file() and (tmp_path / "p" / "bbc_news_partition.h5").is_file()
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "bbc_news_data.h5", "bbc_news_partition.h5", "partition.csv", "partition.png"]  # no temp files left
+        "bbc_news_data.h5",
+        "bbc_news_partition.h5",
+        "partition.csv",
+        "partition.png",
+    ]  # no temp files left
 
 
 def test_partition_command_defaults_to_a_new_folder_and_reports_errors(tmp_path):
-    cf = write_config(tmp_path / "c.yaml", {"common_args": {"output_dir": str(tmp_path / "runs")},
-                                            "data_args": {"client_num_in_total": 4}})
+    cf = write_config(
+        tmp_path / "c.yaml",
+        {"common_args": {"output_dir": str(tmp_path / "runs")}, "data_args": {"client_num_in_total": 4}},
+    )
     out = subprocess.run([*CLI, "partition", "--cf", str(cf)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     made = list((tmp_path / "runs").iterdir())
     assert len(made) == 1 and made[0].name.startswith("partition-bbc_news-s0-")
-    bad = subprocess.run([*CLI, "partition", "--cf", str(cf), "--set", "data_args.partition_beta=0"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*CLI, "partition", "--cf", str(cf), "--set", "data_args.partition_beta=0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = bad.stderr.strip().splitlines()
     assert bad.returncode == 1 and lines == ["fedml-fes: error: data_args.partition_beta must be > 0, got 0.0"]
 
@@ -57,9 +76,19 @@ def _thousand_clients(tmp_path):
     rng = np.random.default_rng(0)
     rows = [{"t": f"text {i}", "y": f"c{int(k)}"} for i, k in enumerate(rng.integers(0, 10, 20_000))]
     (tmp_path / "big.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return config_from_dict({"data_args": {"dataset": "custom", "train_file": str(tmp_path / "big.jsonl"),
-                                           "text_columns": ["t"], "label_column": "y", "client_num_in_total": 1000,
-                                           "partition_alpha": 1.0, "gold_labels": 64}})
+    return config_from_dict(
+        {
+            "data_args": {
+                "dataset": "custom",
+                "train_file": str(tmp_path / "big.jsonl"),
+                "text_columns": ["t"],
+                "label_column": "y",
+                "client_num_in_total": 1000,
+                "partition_alpha": 1.0,
+                "gold_labels": 64,
+            }
+        }
+    )
 
 
 def test_thousand_clients_report_stays_compact(tmp_path):

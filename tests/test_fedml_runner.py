@@ -1,5 +1,6 @@
 """FeS driven by FedML's own runtime: `mpi/fedml_fes_main.py` (a FedML user's FedMLRunner
 script) under a real `mpirun -np 3`, against the in-process runtime on the same config."""
+
 import contextlib
 import json
 import os
@@ -15,23 +16,34 @@ import torch
 from fedml_fes.config import config_from_dict, load_config
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.job import make_run_dir
-from fedml_fes.runtime.payload import (PLAN_KEY, assign_slots, pack_error, pack_plan, pack_updates,
-                                       unpack_plan, unpack_updates)
+from fedml_fes.runtime.payload import (
+    PLAN_KEY,
+    assign_slots,
+    pack_error,
+    pack_plan,
+    pack_updates,
+    unpack_plan,
+    unpack_updates,
+)
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from .conftest import small_config, write_config
 
 REPO = Path(__file__).resolve().parents[1]
 
-FES_KEYS = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-            "tuning_args": {"full_layers": 0, "bias_layers": 1},
-            "pacing_args": {"grid": ["1,2,10", "2,1,20"], "parallel_trials": 2}, "filter_args": {"knn": 5},
-            "pseudo_args": {"start_round": 1, "label_clients": 3, "per_pass": 10}}
+FES_KEYS = {
+    "data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+    "tuning_args": {"full_layers": 0, "bias_layers": 1},
+    "pacing_args": {"grid": ["1,2,10", "2,1,20"], "parallel_trials": 2},
+    "filter_args": {"knn": 5},
+    "pseudo_args": {"start_round": 1, "label_clients": 3, "per_pass": 10},
+}
 
 
 def _rows(run_dir: Path, keys=("round", "clients", "train_loss", "test_acc", "pseudo_total", "bytes_up")) -> list:
     """metrics.csv's columns that must match across runtimes (wall times differ)."""
     import csv
+
     with (Path(run_dir) / "metrics.csv").open() as f:
         return [{k: r.get(k) for k in keys} for r in csv.DictReader(f)]
 
@@ -56,9 +68,13 @@ def test_plan_travels_in_the_params_dict_and_each_slot_reads_its_own():
 
 def test_a_silos_answer_carries_every_client_it_played():
     import numpy as np
-    ups = [ClientUpdate(2, 4, OrderedDict(b=torch.ones(2)), 10.0, {"train_loss": 0.5}),
-           ClientUpdate(2, 9, OrderedDict(), 0.0, {"pseudo_count": 3.0},
-                        {"example_ids": np.asarray([1, 7]), "labels": [0, 1]})]
+
+    ups = [
+        ClientUpdate(2, 4, OrderedDict(b=torch.ones(2)), 10.0, {"train_loss": 0.5}),
+        ClientUpdate(
+            2, 9, OrderedDict(), 0.0, {"pseudo_count": 3.0}, {"example_ids": np.asarray([1, 7]), "labels": [0, 1]}
+        ),
+    ]
     back = unpack_updates(pack_updates(ups))
     assert [(u.round_idx, u.client_id, u.weight) for u in back] == [(2, 4, 10.0), (2, 9, 0.0)]
     assert torch.equal(back[0].params["b"], torch.ones(2)) and not back[1].params
@@ -71,7 +87,9 @@ def test_a_silos_answer_carries_every_client_it_played():
 
 def test_plugins_are_found_through_package_entry_points():
     from importlib.metadata import entry_points
+
     from fedml_fes_plugins import fedml_plugin
+
     found = {e.name: e.load() for e in entry_points(group="fedml.plugins")}
     assert found["fes_trainer"] is fedml_plugin.FesTrainer and found["fes_aggregator"] is fedml_plugin.FesAggregator
     assert found["fes_data_loader"] is fedml_plugin.load_data and found["fes_model"] is fedml_plugin.create_model
@@ -82,8 +100,12 @@ def test_fedml_args_count_silos_and_phases(tmp_path, tiny_model_dir):
     """FedML's client counts are silos and its rounds are FeS phases (the shims named in
     fedml_plugin.fedml_args); FeS's own counts stay in the typed config."""
     from fedml_fes_plugins.fedml_plugin import fedml_args
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 4},
-                                        filter_args={"method": "vote_k"}))
+
+    cfg = config_from_dict(
+        small_config(
+            tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 4}, filter_args={"method": "vote_k"}
+        )
+    )
     args = fedml_args(cfg, tmp_path, worker_num=2)
     assert (args.client_num_in_total, args.client_num_per_round, args.worker_num) == (2, 2, 2)
     assert args.comm_round == 8 and args.training_type == "cross_silo" and args.backend == "MPI"
@@ -101,8 +123,12 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 3}, **{
-        k: v for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 3},
+        **{k: v for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")},
+    )
     cfg = config_from_dict(raw)
     local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
     run_dir = make_run_dir(cfg, str(tmp_path / "phases"))
@@ -125,11 +151,21 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
 
 def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3, flags: tuple = ()) -> subprocess.CompletedProcess:
     from fedml_fes_plugins.runtimes.launcher import find_mpirun
+
     cmd = [find_mpirun(), "-np", str(np)]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"),
-            "--cf", str(cf), "--run-dir", str(run_dir)]
+    cmd += [
+        "--oversubscribe",
+        sys.executable,
+        "-W",
+        "ignore",
+        str(REPO / "mpi" / "fedml_fes_main.py"),
+        "--cf",
+        str(cf),
+        "--run-dir",
+        str(run_dir),
+    ]
     for s in sets:
         cmd += ["--set", s]
     cmd += list(flags)
@@ -144,6 +180,7 @@ def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_mode
     aggregator under mpirun -np 3: FedML's cross-silo runtime over MPI calls the hooks; the
     final accuracy is the in-process runtime's (within 1 point; in fact the same rows)."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     extra = FES_KEYS if method != "fedcls" else {}
     raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in extra.items()})
     raw["train_args"].update({"method": method, "comm_round": 3})
@@ -160,8 +197,9 @@ def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_mode
 
 
 @pytest.mark.slow
-def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_process_run(tmp_path, tiny_model_dir,
-                                                                                    monkeypatch):
+def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_process_run(
+    tmp_path, tiny_model_dir, monkeypatch
+):
     """FedFSL under mpirun -np 3 through the FedMLRunner script: the server rank is SIGKILLed
     while it saves round 1's checkpoint (the labels of round 1 already on the clients' disk).
     Without --resume the same command is refused; with it, FedML runs only the phases left and
@@ -170,8 +208,10 @@ def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_proces
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     from .test_resume import KILLER
-    raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in FES_KEYS.items()
-                                                     if k in ("data_args", "pseudo_args")})
+
+    raw = small_config(
+        tmp_path, tiny_model_dir, **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")}
+    )
     raw["train_args"].update({"method": "fedfsl", "comm_round": 3})
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "fedml"
@@ -184,8 +224,9 @@ def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_proces
         killed = _fedml_main(cf, run_dir)
     assert killed.returncode != 0 and load_checkpoint(run_dir)["round"] == 0, killed.stdout[-2000:]
     again = _fedml_main(cf, run_dir)
-    assert again.returncode != 0 and "holds an unfinished run (rounds 0-0 of 3 done)" in again.stdout, \
-        again.stdout[-2000:]
+    assert again.returncode != 0 and "holds an unfinished run (rounds 0-0 of 3 done)" in again.stdout, again.stdout[
+        -2000:
+    ]
     out = _fedml_main(cf, run_dir, flags=("--resume",))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "resuming after round 0 of 3" in out.stdout and "round   1: " in out.stdout
@@ -208,8 +249,10 @@ def test_fedml_runner_script_names_the_failing_silo(tmp_path, tiny_model_dir, fa
 
 
 def test_s3_cache_lands_in_the_run_directory_and_home_is_untouched(tmp_path):
-    from fedml_fes_plugins.adapters.offline import contain_s3_cache
     from fedml.core.distributed.communication.s3 import remote_storage
+
+    from fedml_fes_plugins.adapters.offline import contain_s3_cache
+
     home_before = os.environ.get("HOME")
     contain_s3_cache(tmp_path / "fedml_home")
     assert remote_storage.expanduser("~") == str(tmp_path / "fedml_home")
@@ -218,8 +261,10 @@ def test_s3_cache_lands_in_the_run_directory_and_home_is_untouched(tmp_path):
 
 
 def test_offline_init_restores_fedml_fetch_config(tmp_path):
-    from fedml_fes_plugins.adapters.offline import offline_fedml_init
     from fedml.core import mlops
+
+    from fedml_fes_plugins.adapters.offline import offline_fedml_init
+
     before = mlops.fetch_config
     args = config_from_dict({"train_args": {"comm_round": 1}}).flat_args()
     args.training_type, args.backend = "simulation", "sp"
@@ -250,6 +295,7 @@ def test_mpi_watchdog_waits_for_a_running_handler():
         watchdog.start()
         time.sleep(0.8)  # four timeouts long, workers still pending
         assert m.summary is None and not failed
+
     m._guard(slow_handler)(None)
     assert m.error is None
     watchdog.join(timeout=5)
@@ -269,6 +315,7 @@ def test_fedml_runner_script_bad_config_is_one_line_on_every_rank(tmp_path, tiny
 
 def _grpc_ipconfig(path: Path, silos: int = 2) -> str:
     from fedml_fes_plugins.cross_silo.services import free_port
+
     rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [f"{r},{r},127.0.0.1,{free_port()}" for r in range(silos + 1)]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
@@ -278,9 +325,28 @@ def _rank_processes(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[sub
     """mpi/fedml_fes_main.py as one process per rank (gRPC: per ipconfig row; MQTT_S3: silo_num 2):
     [server, silo 1, silo 2] and their outputs. Silos start first: they must wait for the server."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    by_rank = {r: subprocess.Popen([sys.executable, "-W", "ignore", str(REPO / "mpi" / "fedml_fes_main.py"), "--cf",
-                                    str(cf), "--run-dir", str(run_dir), "--rank", str(r)], cwd=REPO, env=env, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (1, 2, 0)}
+    by_rank = {
+        r: subprocess.Popen(
+            [
+                sys.executable,
+                "-W",
+                "ignore",
+                str(REPO / "mpi" / "fedml_fes_main.py"),
+                "--cf",
+                str(cf),
+                "--run-dir",
+                str(run_dir),
+                "--rank",
+                str(r),
+            ],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in (1, 2, 0)
+    }
     procs = [by_rank[r] for r in sorted(by_rank)]
     try:
         return procs, [p.communicate(timeout=timeout_s)[0] for p in procs]
@@ -292,8 +358,11 @@ def _rank_processes(cf: Path, run_dir: Path, timeout_s: float) -> tuple[list[sub
 def _assert_every_rank_ended_cleanly(procs: list[subprocess.Popen], outs: list[str]) -> None:
     """Exit code 0 on every rank; else each failed rank's output tail, whole (an assertion's
     repr would be cut to a line or two, as it was when a finished silo died in CI)."""
-    failed = [f"--- rank {rank} exited {p.returncode}:\n{out[-6000:]}"
-              for rank, (p, out) in enumerate(zip(procs, outs)) if p.returncode != 0]
+    failed = [
+        f"--- rank {rank} exited {p.returncode}:\n{out[-6000:]}"
+        for rank, (p, out) in enumerate(zip(procs, outs))
+        if p.returncode != 0
+    ]
     if failed:
         pytest.fail("\n".join(failed), pytrace=False)
 
@@ -303,9 +372,14 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     """The same FedMLRunner script as three processes speaking FedML's gRPC backend on
     127.0.0.1 (one per ipconfig rank): the same metrics rows as the in-process runtime."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
-                       comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
-                       **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 2},
+        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
+        **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "fedml"
     procs, outs = _rank_processes(cf, run_dir, timeout_s=900)
@@ -321,14 +395,25 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
 def _mqtt_s3(tmp_path: Path, run_id: str):
     """mosquitto and a moto S3 endpoint on loopback: the comm_args for the FedMLRunner script."""
     from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+
     from .test_cross_silo_services import ensure_mosquitto
+
     ensure_mosquitto()
     broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
     try:
-        yield {"backend": "MQTT_S3", "silo_num": 2, "run_id": run_id,
-               "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": broker.port,
-                                                   "MQTT_USER": "", "MQTT_PWD": "", "MQTT_KEEPALIVE": 180},
-               "customized_training_s3_config": dict(s3.config)}
+        yield {
+            "backend": "MQTT_S3",
+            "silo_num": 2,
+            "run_id": run_id,
+            "customized_training_mqtt_config": {
+                "BROKER_HOST": "127.0.0.1",
+                "BROKER_PORT": broker.port,
+                "MQTT_USER": "",
+                "MQTT_PWD": "",
+                "MQTT_KEEPALIVE": 180,
+            },
+            "customized_training_s3_config": dict(s3.config),
+        }
     finally:
         broker.stop()
         s3.stop()
@@ -340,9 +425,15 @@ def test_fedml_runner_script_over_mqtt_s3_matches_in_process(tmp_path, tiny_mode
     broker, tensors through a (moto) S3 bucket, both on loopback; the same metrics rows as
     the in-process runtime."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     with _mqtt_s3(tmp_path, "fes-runner-test") as comm:
-        raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2}, comm_args=comm,
-                           **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")})
+        raw = small_config(
+            tmp_path,
+            tiny_model_dir,
+            train_args={"method": "fedfsl", "comm_round": 2},
+            comm_args=comm,
+            **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")},
+        )
         cf = write_config(tmp_path / "c.yaml", raw)
         run_dir = tmp_path / "fedml"
         procs, outs = _rank_processes(cf, run_dir, timeout_s=900)
@@ -359,8 +450,11 @@ def test_a_failed_grpc_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, faul
     """A device raises in round 1: the server records the failure and exits; FedML's silos
     would wait for its next message forever, the ServerWatch ends each in one line."""
     faults(raise_in_round=1)
-    raw = small_config(tmp_path, tiny_model_dir,
-                       comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "fedml"
     procs, outs = _rank_processes(cf, run_dir, timeout_s=300)  # a hang fails here
@@ -383,18 +477,21 @@ def test_a_failed_mqtt_s3_run_leaves_no_silo_waiting(tmp_path, tiny_model_dir, f
     assert procs[0].returncode != 0 and "error: failed in round 1: rank " in outs[0], outs[0][-2000:]
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
     for p, out in zip(procs[1:], outs[1:]):
-        assert p.returncode == 1 and "(rank 0, MQTT broker 127.0.0.1:" in out and "is gone; silo rank" in out, \
-            out[-2000:]
+        assert p.returncode == 1 and "(rank 0, MQTT broker 127.0.0.1:" in out and "is gone; silo rank" in out, out[
+            -2000:
+        ]
 
 
 def test_mqtt_server_watch_reads_only_a_live_will_of_its_own_server():
     """A will the broker kept from an earlier run (retained) or another server's is no news."""
     from fedml_fes_plugins.fedml_plugin import MqttServerWatch
+
     watch = object.__new__(MqttServerWatch)  # no broker: only the will's reading runs
     watch.server_id, watch.gone = "0", __import__("threading").Event()
 
     def will(payload: dict, retain: bool = False):
         watch._on_will(None, None, SimpleNamespace(payload=json.dumps(payload).encode(), retain=retain))
+
     will({"ID": 0, "status": "OFFLINE"}, retain=True)
     will({"ID": 7, "status": "OFFLINE"})
     will({"ID": 0, "status": "ONLINE"})
@@ -406,6 +503,7 @@ def test_mqtt_server_watch_reads_only_a_live_will_of_its_own_server():
 class _FakeWatch:
     def __init__(self, armed: bool, alive: bool):
         import threading
+
         self.armed, self.alive, self.stopped = threading.Event(), alive, None
         if armed:
             self.armed.set()
@@ -424,6 +522,7 @@ def test_a_send_to_a_server_that_died_ends_the_silo_in_one_line(monkeypatch, arm
     closed port. Once the server was heard and its port is closed, that ends the silo the
     ServerWatch way; any other send failure stays an error."""
     import grpc
+
     from fedml_fes_plugins.cross_silo.transport import BlockingGrpcCommManager, StartupTolerantGrpcCommManager
 
     def refused(self, msg, timeout_s=0.0):
@@ -438,24 +537,33 @@ def test_a_send_to_a_server_that_died_ends_the_silo_in_one_line(monkeypatch, arm
 
 
 def test_server_watch_stop_is_one_line_and_exit_code_1():
-    code = ("from fedml_fes_plugins.fedml_plugin import ServerWatch\n"
-            "ServerWatch('127.0.0.1', 9, rank=2).stop('send failed')")
+    code = (
+        "from fedml_fes_plugins.fedml_plugin import ServerWatch\n"
+        "ServerWatch('127.0.0.1', 9, rank=2).stop('send failed')"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.strip() == "", p.stderr[-2000:]
-    assert p.stdout.strip().splitlines()[-1] == \
-        "error: the server (rank 0 at 127.0.0.1:9) is gone; silo rank 2 stops (send failed)"
+    assert (
+        p.stdout.strip().splitlines()[-1]
+        == "error: the server (rank 0 at 127.0.0.1:9) is gone; silo rank 2 stops (send failed)"
+    )
 
 
 def test_mqtt_stop_flushes_the_last_messages_first(monkeypatch):
     """FedML's silo publishes FINISHED and disconnects at once, inside paho's callback; the shim
     lets paho's queue drain before FedML's stop runs (else the server waits for that status forever)."""
     from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
+
     from fedml_fes_plugins.cross_silo import transport
+
     cls = mqtt_s3.MqttS3MultiClientsCommManager
     calls = []
     monkeypatch.setattr(cls, "stop_receive_message", lambda self: calls.append(("stop", len(self.queue))))
-    monkeypatch.setattr(transport, "flush_mqtt", lambda manager, timeout_s: (calls.append(("flush", len(manager.queue))),
-                                                                              manager.queue.clear()))
+    monkeypatch.setattr(
+        transport,
+        "flush_mqtt",
+        lambda manager, timeout_s: (calls.append(("flush", len(manager.queue))), manager.queue.clear()),
+    )
     transport.use_flushing_mqtt_stop()
     transport.use_flushing_mqtt_stop()  # idempotent: one flush per stop
     manager = SimpleNamespace(queue=["FINISHED"])
@@ -465,7 +573,9 @@ def test_mqtt_stop_flushes_the_last_messages_first(monkeypatch):
 
 def test_fedml_grpc_manager_name_points_at_the_startup_tolerant_one():
     from fedml.core.distributed.communication.grpc import grpc_comm_manager
+
     from fedml_fes_plugins.cross_silo.transport import StartupTolerantGrpcCommManager, use_startup_tolerant_grpc
+
     before = grpc_comm_manager.GRPCCommManager
     try:
         use_startup_tolerant_grpc()
@@ -479,10 +589,18 @@ def test_tensors_cross_the_mpi_wire_as_arrays_bit_for_bit():
     """The MPI managers pickle numpy views (one buffer copy) instead of torch tensors; what
     arrives is the same values, dtypes and names, and a malformed payload stays malformed."""
     import pickle
+
     import numpy as np
+
     from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
-    sent = OrderedDict(w=torch.randn(4, 3), b=torch.randn(3, dtype=torch.float64), i=torch.arange(5),
-                       h=torch.randn(2, dtype=torch.bfloat16), g=torch.randn(2, requires_grad=True))
+
+    sent = OrderedDict(
+        w=torch.randn(4, 3),
+        b=torch.randn(3, dtype=torch.float64),
+        i=torch.arange(5),
+        h=torch.randn(2, dtype=torch.bfloat16),
+        g=torch.randn(2, requires_grad=True),
+    )
     wire = tensors_to_wire(sent)
     assert all(isinstance(wire[k], np.ndarray) for k in "wbig") and isinstance(wire["h"], torch.Tensor)
     got = tensors_from_wire(pickle.loads(pickle.dumps(wire, protocol=5)))
@@ -496,6 +614,7 @@ def test_a_message_travels_with_its_arrays_out_of_band_and_arrives_bit_for_bit()
     one small pickled message, each array's memory goes as a buffer message of its own (not
     copied into the pickle), and the receiver gets equal arrays as views of one allocation."""
     import numpy as np
+
     from fedml_fes_plugins.adapters import mpi_transport as t
 
     class Wire:  # one rank pair: what `send`/`Send` put on it, in order
@@ -504,6 +623,7 @@ def test_a_message_travels_with_its_arrays_out_of_band_and_arrives_bit_for_bit()
 
         def send(self, obj, dest, tag):
             import pickle
+
             self.messages.append((tag, pickle.dumps(obj)))
 
         def Send(self, buf, dest, tag):
@@ -511,6 +631,7 @@ def test_a_message_travels_with_its_arrays_out_of_band_and_arrives_bit_for_bit()
 
         def recv(self, source, tag):
             import pickle
+
             got_tag, data = self.messages.pop(0)
             assert got_tag == tag
             return pickle.loads(data)
@@ -520,9 +641,14 @@ def test_a_message_travels_with_its_arrays_out_of_band_and_arrives_bit_for_bit()
             assert got_tag == tag and len(data) == buf.nbytes
             buf[:] = data
 
-    params = OrderedDict(w=np.random.rand(300, 7000).astype(np.float32), b=np.arange(5, dtype=np.int64),
-                         f=np.asfortranarray(np.random.rand(4, 3)), e=np.zeros(0, dtype=np.float32),
-                         odd=np.arange(3, dtype=np.int8), s=np.random.rand(6, 4)[:, ::2])
+    params = OrderedDict(
+        w=np.random.rand(300, 7000).astype(np.float32),
+        b=np.arange(5, dtype=np.int64),
+        f=np.asfortranarray(np.random.rand(4, 3)),
+        e=np.zeros(0, dtype=np.float32),
+        odd=np.arange(3, dtype=np.int8),
+        s=np.random.rand(6, 4)[:, ::2],
+    )
     msg = {"round": 3, "params": params, "tasks": [{"client": 5}]}
     wire = Wire()
     t.send_out_of_band(wire, msg, dest=1)
@@ -544,6 +670,7 @@ def test_the_mpi_receive_thread_backs_off_while_idle_and_stops():
     import queue
     import threading
     import time
+
     from fedml_fes_plugins.adapters import mpi_transport as t
 
     class FakeChannel:  # OutOfBandChannel's interface

@@ -1,4 +1,5 @@
 """FeS's designs: pacing (AUG-E, Algorithm 1), representational filtering, co-planning, cache."""
+
 import csv
 
 import numpy as np
@@ -31,6 +32,7 @@ def _play(trainer, job, params, tasks):
 
 # ---- curriculum pacing ----------------------------------------------------------------------
 
+
 def test_default_grid_is_built_around_the_papers_examples_and_parsing():
     grid = default_grid()
     assert Pacing(5, 2, 1.0) in grid and Pacing(1, 4, 2.0) in grid and len(set(grid)) == len(grid) == 12
@@ -50,8 +52,9 @@ def test_aug_e_formula():
 
 def test_configurator_trials_in_parallel_on_idle_groups_then_retrials_only_the_top():
     grid = [Pacing(1, 2, 2), Pacing(5, 2, 1), Pacing(1, 4, 4)]
-    c = PacingConfigurator(grid, trial_rounds=1, top=2, switch_threshold=0.0, infer_latency=0.5,
-                           train_latency=1.0, parallel_trials=8)
+    c = PacingConfigurator(
+        grid, trial_rounds=1, top=2, switch_threshold=0.0, infer_latency=0.5, train_latency=1.0, parallel_trials=8
+    )
     rng = np.random.default_rng(0)
     events = c.start_trials(0, idle=list(range(10, 20)), fraction=0.0, rng=rng)
     assert len(c.running) == 3 and len(events) == 3  # all three at once, same round
@@ -97,6 +100,7 @@ def test_budget_is_a_share_of_the_pool_at_least_one():
 
 # ---- representational filtering -------------------------------------------------------------
 
+
 def _clusters(sizes, dim=8, seed=0):
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(len(sizes), dim)) * 10
@@ -139,11 +143,13 @@ def test_cached_order_is_computed_once(tmp_path):
     a = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0, pool_share=1.0)
     b = cached_order(tmp_path, texts, "vote_k", Counting(), 5, 10.0, seed=0, pool_share=1.0)
     assert np.array_equal(a, b) and Counting.calls == 1
-    assert np.array_equal(cached_order(tmp_path, texts, "random", Counting(), 5, 10.0, seed=3, pool_share=1.0),
-                          random_order(30, 3))
+    assert np.array_equal(
+        cached_order(tmp_path, texts, "random", Counting(), 5, 10.0, seed=3, pool_share=1.0), random_order(30, 3)
+    )
 
 
 # ---- depth/capacity co-planning and the activation cache ------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tok():
@@ -152,8 +158,11 @@ def tok():
 
 def _prompt_model(tok, layers=4):
     torch.manual_seed(0)
-    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=layers,
-                                     num_attention_heads=2, intermediate_size=64))
+    mlm = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=64
+        )
+    )
     return PromptMLM(mlm, [tok.convert_tokens_to_ids(w) for w in ("good", "bad")])
 
 
@@ -162,8 +171,7 @@ def test_layer_plan_sets_trainable_set_and_payload(tok):
     plan = LayerPlan(num_layers(model), full_layers=1, bias_layers=1)
     apply_tuning(model, "plan", plan)
     trainable = trainable_state(model)
-    assert all(".layer.3." in n or ".layer.2." in n or n.startswith("mlm.cls.") or n == "class_bias"
-               for n in trainable)
+    assert all(".layer.3." in n or ".layer.2." in n or n.startswith("mlm.cls.") or n == "class_bias" for n in trainable)
     assert any(".layer.3." in n and n.endswith("weight") for n in trainable)  # top layer: full
     assert all(n.endswith("bias") for n in trainable if ".layer.2." in n)  # middle: biases only
     assert not any("embeddings" in n or ".layer.0." in n or ".layer.1." in n for n in trainable)
@@ -201,12 +209,17 @@ def test_activation_cache_is_bit_identical_and_no_backward_below(tok):
 
 # ---- FeS end to end, in-process -------------------------------------------------------------
 
+
 def _run(tmp_path, tiny_model_dir, method, **sections):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    sections = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-                "tuning_args": {"full_layers": 0, "bias_layers": 1},
-                "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
-                "filter_args": {"knn": 5}, **sections}
+
+    sections = {
+        "data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        "tuning_args": {"full_layers": 0, "bias_layers": 1},
+        "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30},
+        "filter_args": {"knn": 5},
+        **sections,
+    }
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": method, "comm_round": 4}, **sections)
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
@@ -233,6 +246,7 @@ def test_fes_payload_is_smaller_than_fedfsl(tmp_path, tiny_model_dir):
     def per_client(d):
         r = next(csv.DictReader((d / "metrics.csv").open()))
         return int(r["bytes_up"]) / len(r["clients"].split())
+
     assert per_client(fes_dir) * 1000 < per_client(fsl_dir)
 
 
@@ -256,6 +270,7 @@ def test_knn_larger_than_a_pool_is_capped():
 
 def test_neighbourhoods_stay_local_on_small_pools():
     from fedml_fes.pseudo.filtering import neighbour_count
+
     assert neighbour_count(150, 1200, 0.125) == 150  # the artifact's AG News pools: the paper's k
     assert neighbour_count(150, 64, 0.125) == 8 and neighbour_count(150, 3, 0.125) == 1
     assert neighbour_count(150, 64, 1.0) == 64  # share 1: only knn_indices' pool - 1 cap
@@ -266,23 +281,27 @@ def test_vote_k_on_a_class_sorted_pool_smaller_than_k_is_not_its_stored_order(tm
     scored the same and the 'ranking' was the stored order. Pools are stored by example id,
     which on BBC News is sorted by class, so the top 10% (the candidates) were one class."""
     from fedml_fes.pseudo.filtering import ProxyEmbedder
+
     pts, labels = _clusters([30, 20, 14])  # stored class by class, as a BBC News pool
     assert np.array_equal(vote_k_order(knn_indices(centred(pts), 150), 10.0), np.arange(64))  # the defect
     np.save(tmp_path / "proxy_embeddings.npy", pts)
-    order = cached_order(tmp_path, ["t"] * 64, "vote_k", ProxyEmbedder("unused"), knn=150, rho=10.0, seed=0,
-                         pool_share=0.125)
+    order = cached_order(
+        tmp_path, ["t"] * 64, "vote_k", ProxyEmbedder("unused"), knn=150, rho=10.0, seed=0, pool_share=0.125
+    )
     assert sorted(order.tolist()) == list(range(64))
     assert len(set(labels[order[:7]].tolist())) == 3  # the top 10% covers every cluster
 
 
 def test_filter_ranks_mean_centred_embeddings(tmp_path):
     from fedml_fes.pseudo.filtering import ProxyEmbedder
+
     pts, _ = _clusters([6, 5, 4], dim=6)
     pts = pts + 50.0  # a shared offset, as sentence encoders have
     assert np.allclose(centred(pts).mean(axis=0), 0, atol=1e-4)
     np.save(tmp_path / "proxy_embeddings.npy", pts)
-    order = cached_order(tmp_path, ["t"] * len(pts), "vote_k", ProxyEmbedder("unused"), knn=3, rho=10.0, seed=0,
-                         pool_share=1.0)
+    order = cached_order(
+        tmp_path, ["t"] * len(pts), "vote_k", ProxyEmbedder("unused"), knn=3, rho=10.0, seed=0, pool_share=1.0
+    )
     assert np.array_equal(order, vote_k_order(knn_indices(centred(pts), 3), 10.0))
 
 
@@ -293,13 +312,16 @@ def test_default_plan_keeps_the_papers_top_third_bias_only():
 
 # ---- the co-planning planner ----------------------------------------------------------------
 
+
 def test_planner_binary_search_finds_shallowest_good_depth():
     from fedml_fes.tuning.planner import Probe, search_depth
+
     calls = []
 
     def probe(d):
         calls.append(d)
         return Probe(d, accuracy=min(0.9, 0.5 + 0.1 * d), cost=float(d), payload_bytes=100 * d)
+
     result = search_depth(24, probe, tolerance=0.01)
     assert result.chosen.depth == 4 and result.reference.depth == 24
     assert len(calls) <= 7 and len(set(calls)) == len(calls)  # log2(24) probes, none repeated
@@ -314,21 +336,46 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, ba
     import sys
 
     from .conftest import write_config
-    raw = small_config(tmp_path, tiny_model_dir if backbone == "masked" else tiny_llama_dir, train_args={"method": "fes"},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pacing_args={"mode": "static"}, filter_args={"method": "random"},
-                       prompt_args={"pattern_id": 0 if backbone == "causal" else 1})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir if backbone == "masked" else tiny_llama_dir,
+        train_args={"method": "fes"},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pacing_args={"mode": "static"},
+        filter_args={"method": "random"},
+        prompt_args={"pattern_id": 0 if backbone == "causal" else 1},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
-    out = subprocess.run([sys.executable, "-m", "fedml_fes_plugins.cli.main", "plan", "--cf", str(cf), "--rounds", "1",
-                          "--out", str(tmp_path / "plan")], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedml_fes_plugins.cli.main",
+            "plan",
+            "--cf",
+            str(cf),
+            "--rounds",
+            "1",
+            "--out",
+            str(tmp_path / "plan"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     assert "chosen plan: tuning_args:" in out.stdout
     assert (tmp_path / "plan" / "plan.json").is_file()
 
 
 def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "learning_rate": 1e-4, "epochs": 1},
-                       pseudo_args={"start_round": 2, "warmup_learning_rate": 3e-3, "warmup_epochs": 3})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fes", "learning_rate": 1e-4, "epochs": 1},
+        pseudo_args={"start_round": 2, "warmup_learning_rate": 3e-3, "warmup_epochs": 3},
+    )
     cfg = config_from_dict(raw)
     warm, later = cfg.for_round(1, uses_pseudo=True).train, cfg.for_round(2, uses_pseudo=True).train
     assert (warm.learning_rate, warm.epochs) == (3e-3, 3)
@@ -349,8 +396,13 @@ def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_d
 
 
 def test_candidates_are_a_fraction_of_the_pool_and_confidence_keeps_the_budget(tmp_path, tiny_model_dir):
-    _, run_dir = _run(tmp_path, tiny_model_dir, "fes_no_dc", filter_args={"knn": 5, "candidate_fraction": 0.5},
-                      pacing_args={"f": 1, "n": 2, "k": 2})
+    _, run_dir = _run(
+        tmp_path,
+        tiny_model_dir,
+        "fes_no_dc",
+        filter_args={"knn": 5, "candidate_fraction": 0.5},
+        pacing_args={"f": 1, "n": 2, "k": 2},
+    )
     rows = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r["inferred"]]
     first = rows[0]
     assert 0.45 < float(first["inferred_fraction"]) < 0.6  # half of each pool inferred
@@ -361,10 +413,15 @@ def test_candidates_are_a_fraction_of_the_pool_and_confidence_keeps_the_budget(t
 
 def test_candidate_fraction_defaults_to_the_papers_per_dataset_values(tmp_path, tiny_model_dir):
     from fedml_fes.runtime.methods import candidate_fraction
-    for dataset, expected in (("agnews", 0.1), ("yahoo_answers", 0.1), ("mnli", 0.2), ("yelp_review_full", 0.5),
-                              ("bbc_news", 0.1)):
-        cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, data_args={"dataset": dataset,
-                                                                                 "data_dir": "x"}))
+
+    for dataset, expected in (
+        ("agnews", 0.1),
+        ("yahoo_answers", 0.1),
+        ("mnli", 0.2),
+        ("yelp_review_full", 0.5),
+        ("bbc_news", 0.1),
+    ):
+        cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, data_args={"dataset": dataset, "data_dir": "x"}))
         assert candidate_fraction(cfg) == expected
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, filter_args={"candidate_fraction": 0.3}))
     assert candidate_fraction(cfg) == 0.3
@@ -372,22 +429,29 @@ def test_candidate_fraction_defaults_to_the_papers_per_dataset_values(tmp_path, 
 
 def _labels_held(run_dir, trial=False):
     import json
+
     name = "pseudo_labels.trial.json" if trial else "pseudo_labels.json"
-    return {int(p.parent.name): len(json.loads(p.read_text())["example_ids"])
-            for p in (run_dir / "clients").glob(f"*/{name}")}
+    return {
+        int(p.parent.name): len(json.loads(p.read_text())["example_ids"])
+        for p in (run_dir / "clients").glob(f"*/{name}")
+    }
 
 
 def test_pacing_budget_follows_global_labeling_events(tmp_path, tiny_model_dir):
     """A client first sampled at the e-th event labels e x k% of its pool, not k%."""
     from fedml_fes.data.federated import build_federated_data
+
     _, run_dir = _run(tmp_path, tiny_model_dir, "fes_no_dc", pacing_args={"f": 1, "n": 2, "k": 10})
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     last_event = {}
     for event, r in enumerate(rows, start=1):
         for c in r["label_clients"].split():
             last_event[int(c)] = event
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, data_args={"gold_labels": 16, "gold_sparsity": 0.001,
-                                                                             "client_num_in_total": 12}))
+    cfg = config_from_dict(
+        small_config(
+            tmp_path, tiny_model_dir, data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12}
+        )
+    )
     pools = {c.client_id: len(c.unlabeled) for c in build_federated_data(cfg)[0].clients}
     held = _labels_held(run_dir)
     assert held == {c: budget_target(pools[c], 0.1 * e) for c, e in last_event.items()}
@@ -406,8 +470,12 @@ def test_trials_run_on_idle_clients_in_the_same_rounds(tmp_path, tiny_model_dir)
     assert events.count("on idle clients") == 2 and "pacing chose" in events
     first = rows[0]
     assert int(first["trial_updates"]) >= 1 and first["clients"]  # main training went on in the trial round
-    trial_clients = {int(c) for line in events.splitlines() if "on idle clients" in line
-                     for c in line.split("[")[1].rstrip("]").split(",")}
+    trial_clients = {
+        int(c)
+        for line in events.splitlines()
+        if "on idle clients" in line
+        for c in line.split("[")[1].rstrip("]").split(",")
+    }
     assert not trial_clients & {int(c) for c in first["clients"].split() + first["label_clients"].split()}
     assert set(_labels_held(run_dir, trial=True)) == trial_clients  # trial labels kept apart
 
@@ -419,12 +487,16 @@ def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
 
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "comm_round": 3,
-                                                              "frequency_of_the_test": 3},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-                       tuning_args={"full_layers": 0, "bias_layers": 1},
-                       pacing_args={"grid": ["1,2,10", "2,1,20"]}, filter_args={"knn": 5},
-                       pseudo_args={"skip_if_worse_than_zero_shot": True})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fes", "comm_round": 3, "frequency_of_the_test": 3},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+        pacing_args={"grid": ["1,2,10", "2,1,20"]},
+        filter_args={"knn": 5},
+        pseudo_args={"skip_if_worse_than_zero_shot": True},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     job = build_job(cfg, "both", run_dir)
@@ -454,11 +526,19 @@ def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
 def _data(labels_per_client):
     from fedml_fes.data.federated import ClientData, FederatedData, UnlabeledPool
     from fedml_fes.data.readers import LabeledTexts
+
     clients, n = [], 0
     for cid, labels in enumerate(labels_per_client):
         texts = tuple(f"text {n + j}" for j in range(len(labels)))
-        clients.append(ClientData(cid, texts, tuple(labels), UnlabeledPool((f"pool {cid}",), (1000 + cid,)),
-                                  gold_example_ids=tuple(range(n, n + len(labels)))))
+        clients.append(
+            ClientData(
+                cid,
+                texts,
+                tuple(labels),
+                UnlabeledPool((f"pool {cid}",), (1000 + cid,)),
+                gold_example_ids=tuple(range(n, n + len(labels))),
+            )
+        )
         n += len(labels)
     test = LabeledTexts(("t",), np.zeros(1, dtype=np.int64), ("a", "b"))
     return FederatedData("toy", ("a", "b"), tuple(clients), test)
@@ -466,6 +546,7 @@ def _data(labels_per_client):
 
 def test_validation_hold_out_takes_a_seeded_stratified_share_of_the_gold_labels():
     from fedml_fes.data.federated import hold_out_validation
+
     data = _data([[0] * 12 + [1] * 4, [], [1] * 8])  # 24 gold labels: 12 of class a, 12 of class b
     out = hold_out_validation(data, 0.25, seed=3)
     val = out.validation
@@ -483,6 +564,7 @@ def test_validation_hold_out_takes_a_seeded_stratified_share_of_the_gold_labels(
 
 def test_validation_hold_out_leaves_at_least_one_gold_label_to_train_on():
     from fedml_fes.data.federated import hold_out_validation
+
     out = hold_out_validation(_data([[0, 1]]), 0.9, seed=0)
     assert len(out.validation) == 1 and out.clients[0].num_gold == 1
     one = hold_out_validation(_data([[1]]), 0.5, seed=0)
@@ -495,28 +577,50 @@ def test_only_a_method_that_decides_on_validation_holds_gold_labels_out(tmp_path
     FeS now holds pacing_args.val_holdout of them out; FedFSL, which decides nothing, trains on all."""
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import gold_validation_set
-    sections = dict(data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-                    tuning_args={"full_layers": 0, "bias_layers": 1})
-    jobs = {m: build_job(config_from_dict(small_config(tmp_path / m, tiny_model_dir, train_args={"method": m},
-                                                       **sections)), "both", tmp_path / m)
-            for m in ("fes", "fedfsl")}
+
+    sections = dict(
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+    )
+    jobs = {
+        m: build_job(
+            config_from_dict(small_config(tmp_path / m, tiny_model_dir, train_args={"method": m}, **sections)),
+            "both",
+            tmp_path / m,
+        )
+        for m in ("fes", "fedfsl")
+    }
     fes, fedfsl = jobs["fes"].data, jobs["fedfsl"].data
     assert fedfsl.validation is None and sum(c.num_gold for c in fedfsl.clients) == 16
     assert len(fes.validation) == 4 and sum(c.num_gold for c in fes.clients) == 12
     all_gold = {t for c in fedfsl.clients for t in c.gold_texts}
     assert set(fes.validation.texts) | {t for c in fes.clients for t in c.gold_texts} == all_gold
     assert gold_validation_set(fes, 200, 0).texts == fes.validation.texts
-    static = config_from_dict(small_config(tmp_path / "static", tiny_model_dir, train_args={"method": "fes"},
-                                           pacing_args={"mode": "static"}, **sections))
+    static = config_from_dict(
+        small_config(
+            tmp_path / "static",
+            tiny_model_dir,
+            train_args={"method": "fes"},
+            pacing_args={"mode": "static"},
+            **sections,
+        )
+    )
     assert build_job(static, "both", tmp_path / "static").data.validation is None  # nothing decides on it
 
 
 @pytest.mark.parametrize("train_it", [True, False])
 def test_class_bias_switch_decides_whether_it_trains_and_travels(tmp_path, tiny_model_dir, train_it):
     from fedml_fes.runtime.job import build_job
-    cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"},
-                                        tuning_args={"full_layers": 0, "bias_layers": 1},
-                                        prompt_args={"train_class_bias": train_it}))
+
+    cfg = config_from_dict(
+        small_config(
+            tmp_path,
+            tiny_model_dir,
+            train_args={"method": "fes"},
+            tuning_args={"full_layers": 0, "bias_layers": 1},
+            prompt_args={"train_class_bias": train_it},
+        )
+    )
     job = build_job(cfg, "both", tmp_path / "run")
     assert job.model.class_bias.requires_grad is train_it
     assert ("class_bias" in trainable_state(job.model)) is train_it
@@ -524,7 +628,9 @@ def test_class_bias_switch_decides_whether_it_trains_and_travels(tmp_path, tiny_
 
 def test_class_report_shows_a_one_class_model():
     import numpy as np
+
     from fedml_fes.runtime.methods import class_report
+
     r = class_report(np.array([1, 1, 1, 1]), np.array([0, 1, 1, 2]), 4)
     assert r["confusion"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]]
     assert r["per_class_acc"][:3] == [0.0, 1.0, 0.0] and r["per_class_acc"][3] != r["per_class_acc"][3]
@@ -539,10 +645,15 @@ def test_training_draw_follows_labels_held_under_label_sampling(tmp_path, tiny_m
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
 
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "client_num_per_round": 1},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-                       tuning_args={"full_layers": 0, "bias_layers": 1}, filter_args={"knn": 5},
-                       pacing_args={"train_sampling": sampling})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fes", "client_num_per_round": 1},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+        filter_args={"knn": 5},
+        pacing_args={"train_sampling": sampling},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     job = build_job(cfg, "both", run_dir)
@@ -564,6 +675,7 @@ def test_training_draw_follows_labels_held_under_label_sampling(tmp_path, tiny_m
 
 def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
     from fedml_fes.runtime.methods import inert_keys, is_inert
+
     assert is_inert("pacing_args.train_sampling", inert_keys("fedfsl", "full"))
     assert is_inert("tuning_args.bias_epochs", inert_keys("fedfsl", "full"))
     assert not is_inert("pacing_args.train_sampling", inert_keys("fes", "full"))
@@ -574,9 +686,9 @@ def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
     assert not is_inert("tuning_args.bias_epochs", inert_keys("fes", "full"))
 
 
-
 def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():
     from fedml_fes.runtime.methods import inert_keys, is_inert
+
     for key in ("model_args.mlm_from", "model_args.mlm_on_job_data"):
         assert is_inert(key, inert_keys("fedcls", "full")) and is_inert(key, inert_keys("pseudo_only", "full"))
         for method in ("prompt_only", "fedfsl", "fes", "adapter"):
@@ -592,10 +704,16 @@ def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_mo
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
 
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes", "comm_round": 2, "client_num_per_round": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-                       tuning_args={"full_layers": 0, "bias_layers": 1}, filter_args={"knn": 5},
-                       pseudo_args={"start_round": 0}, pacing_args={"grid": ["1,2,10", "1,1,20"]})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fes", "comm_round": 2, "client_num_per_round": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+        filter_args={"knn": 5},
+        pseudo_args={"start_round": 0},
+        pacing_args={"grid": ["1,2,10", "1,1,20"]},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     job = build_job(cfg, "both", run_dir)
@@ -625,6 +743,7 @@ def test_loading_the_filtering_proxy_prints_no_weight_loading_bar(capfd):
     """The proxy loads at a run's first labeling event; transformers' 'Loading weights' bar
     landed between the round lines (seen in the demo's FeS rounds)."""
     from fedml_fes.pseudo.filtering import ProxyEmbedder
+
     assert ProxyEmbedder("offline:all-MiniLM-L6-v2").embed(["a short text"]).shape == (1, 384)
     out, err = capfd.readouterr()
     assert "Loading weights" not in out + err, err[-500:]

@@ -1,4 +1,5 @@
-"""The fidelity benchmark (issue 17): CSV, report and done-checks from run folders; the harness end to end."""
+"""The fidelity benchmark: CSV, report and done-checks from run folders; the harness end to end."""
+
 import csv
 import json
 from pathlib import Path
@@ -17,8 +18,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 # ---- synthetic rows: the checks pass, and each can fail ----------------------------------------
 
-def _rows(acc: dict, bytes_up: dict | None = None, majority: float = 0.25, datasets=("agnews", "bbc_news", "trec"),
-          seeds=(0, 1, 2)) -> list[dict]:
+
+def _rows(
+    acc: dict,
+    bytes_up: dict | None = None,
+    majority: float = 0.25,
+    datasets=("agnews", "bbc_news", "trec"),
+    seeds=(0, 1, 2),
+) -> list[dict]:
     """acc: method -> accuracy (same on every dataset unless a dict per dataset), +0.01 * seed."""
     bytes_up = bytes_up or {"fedcls": 9e9, "prompt_only": 9e9, "pseudo_only": 9e9, "fedfsl": 9e9, "fes": 9e5}
     rows = []
@@ -26,12 +33,26 @@ def _rows(acc: dict, bytes_up: dict | None = None, majority: float = 0.25, datas
         for s in seeds:
             for m, a in acc.items():
                 a = a[d] if isinstance(a, dict) else a
-                cfg = {"data_args": {"dataset": d, "client_num_in_total": 20}, "prompt_args": {"pattern_id": 1},
-                       "train_args": {"method": m}, "common_args": {"random_seed": s}}
-                rows.append({"dataset": d, "seed": s, "method": m, "accuracy": a + 0.01 * s,
-                             "majority_rate": majority, "pseudo_labels": 500 if m in ("fedfsl", "fes") else 0,
-                             "bytes_up": int(bytes_up[m]), "emulated_hours": 0.5 if m != "fes" else 0.001,
-                             "_config": cfg, "_run_dir": f"/x/{d}/{m}-s{s}"})
+                cfg = {
+                    "data_args": {"dataset": d, "client_num_in_total": 20},
+                    "prompt_args": {"pattern_id": 1},
+                    "train_args": {"method": m},
+                    "common_args": {"random_seed": s},
+                }
+                rows.append(
+                    {
+                        "dataset": d,
+                        "seed": s,
+                        "method": m,
+                        "accuracy": a + 0.01 * s,
+                        "majority_rate": majority,
+                        "pseudo_labels": 500 if m in ("fedfsl", "fes") else 0,
+                        "bytes_up": int(bytes_up[m]),
+                        "emulated_hours": 0.5 if m != "fes" else 0.001,
+                        "_config": cfg,
+                        "_run_dir": f"/x/{d}/{m}-s{s}",
+                    }
+                )
     return rows
 
 
@@ -84,15 +105,30 @@ def test_csv_has_exactly_the_columns_and_one_row_per_run(tmp_path):
     rows = _rows(GOOD)
     path = fid.write_csv(rows, tmp_path / "r" / "fidelity.csv")
     read = list(csv.DictReader(path.open()))
-    assert list(read[0]) == ["dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up",
-                             "emulated_hours", "model", "device"]
+    assert list(read[0]) == [
+        "dataset",
+        "seed",
+        "method",
+        "accuracy",
+        "majority_rate",
+        "pseudo_labels",
+        "bytes_up",
+        "emulated_hours",
+        "model",
+        "device",
+    ]
     assert len(read) == 45 and read[0]["dataset"] == "agnews" and float(read[0]["accuracy"]) == 0.5
 
 
 def test_markdown_has_tables_checks_command_and_date(tmp_path):
     acc = {**GOOD, "fes": {"agnews": 0.60, "bbc_news": 0.70, "trec": 0.70}}
-    text = fid.render(_rows(acc), "fedml-fes bench --suite fidelity --jobs 2", "2026-11-30 10:00", tmp_path,
-                      {"config": "run_configs/fidelity.yaml"})
+    text = fid.render(
+        _rows(acc),
+        "fedml-fes bench --suite fidelity --jobs 2",
+        "2026-11-30 10:00",
+        tmp_path,
+        {"config": "run_configs/fidelity.yaml"},
+    )
     assert "`fedml-fes bench --suite fidelity --jobs 2` on 2026-11-30 10:00" in text
     assert "- (a) on every dataset FeS mean accuracy >= FedFSL mean - 0.01: **NOT met**" in text
     assert "- (b) on every dataset every method's mean accuracy > the majority-class rate: **met**" in text
@@ -116,18 +152,27 @@ def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path
     """movie_sentiment tuned nothing: not in the default matrix, planned with its own data keys
     when named, and its report counts its own matrix and names it held out."""
     assert "movie_sentiment" not in fid.FidelityOptions().datasets
-    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"),
-                            datasets=["movie_sentiment"], methods=["fes"], seeds=[0])
+    o = fid.FidelityOptions(
+        cf=str(REPO / "run_configs" / "fidelity.yaml"),
+        out=str(tmp_path / "out"),
+        datasets=["movie_sentiment"],
+        methods=["fes"],
+        seeds=[0],
+    )
     fid.check_options(o)
     from fedml_fes_plugins.bench.config import run_config
+
     plan = fid.plans(o)["movie_sentiment"]
     cfg = run_config(plan, "fes", 0)
     assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern_id) == ("movie_sentiment", 100, 0)
     from fedml_fes.prompt.pvp import get_pvp
+
     assert get_pvp("movie_sentiment").pattern(0, causal=True) == "{text_a}\nAll in all, the movie was {mask}"
     text = fid.render(_rows(GOOD, datasets=("movie_sentiment",)), "x", "2026-11-30 10:00", tmp_path, {})
     assert "Completed runs: 15 (the full matrix is 15: 1 datasets" in text
-    assert "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): movie_sentiment" in text
+    assert (
+        "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): movie_sentiment" in text
+    )
     assert "## Movie sentiment (`movie_sentiment`)" in text
     both = fid.render(_rows(GOOD, datasets=("bbc_news", "movie_sentiment")), "x", "2026-11-30 10:00", tmp_path, {})
     assert "the full matrix is 60: 4 datasets" in both
@@ -145,8 +190,9 @@ def test_gold_labels_per_class_are_counted_cached_and_reported(tmp_path):
     for r in rows:
         r["_gold"] = {"classes": ["a", "b"], "counts": [47, 1]}
     text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
-    assert "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): seed 0: a 47, b 1." \
-        in text
+    assert (
+        "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): seed 0: a 47, b 1." in text
+    )
 
 
 def test_the_report_names_the_mlm_head_of_the_runs_that_read_one(tmp_path):
@@ -192,9 +238,11 @@ def test_shared_config_check_compares_a_section_among_the_methods_that_read_it()
 
 # ---- the shared config and the per-dataset plans ------------------------------------------------
 
+
 def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_path):
     from fedml_fes.prompt.pvp import get_pvp
     from fedml_fes_plugins.bench.config import run_config
+
     cfg = load_config(REPO / "run_configs" / "fidelity.yaml")
     assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
     assert cfg.train.frequency_of_the_test == cfg.train.comm_round
@@ -202,13 +250,15 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
     assert cfg.model.model == "offline:smollm2-135m" and not cfg.model.mlm_from  # a real LM, no head to build
     agnews = tmp_path / "agnews"
     agnews.mkdir()
-    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"),
-                            agnews_dir=str(agnews), jobs=2)
+    o = fid.FidelityOptions(
+        cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"), agnews_dir=str(agnews), jobs=2
+    )
     plans = fid.plans(o)
     assert list(plans) == ["agnews", "bbc_news", "trec"]
 
     def flat(c):
         return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in c.to_dict().items() for k, v in vals.items()}
+
     configs = {(d, m, s): run_config(p, m, s) for d, p in plans.items() for m, s in p.run_names()}
     assert len(configs) == 45
     base = flat(configs[("bbc_news", "fedcls", 0)])
@@ -219,12 +269,16 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
         assert c.common.cache_dir == str(tmp_path / "out" / "cache") and c.common.torch_threads == 1
         get_pvp(d).pattern(c.prompt.pattern_id)  # the built-in PVP has that pattern
     assert configs[("agnews", "fes", 0)].data.data_dir == str(agnews)
-    assert {d: configs[(d, "fes", 0)].data.client_num_in_total for d in plans} == \
-        {"agnews": 100, "bbc_news": 20, "trec": 100}
+    assert {d: configs[(d, "fes", 0)].data.client_num_in_total for d in plans} == {
+        "agnews": 100,
+        "bbc_news": 20,
+        "trec": 100,
+    }
 
 
 def test_bad_fidelity_options_are_one_line_errors(tmp_path, capsys):
     from fedml_fes_plugins.cli.main import main
+
     out = str(tmp_path / "f")
     assert main(["bench", "--suite", "fidelity", "--out", out]) == 1
     assert "dataset agnews needs --agnews-dir" in capsys.readouterr().err
@@ -245,18 +299,23 @@ def test_bad_fidelity_options_are_one_line_errors(tmp_path, capsys):
 
 def test_command_line_is_rebuilt_from_the_options():
     import argparse
+
     p = argparse.ArgumentParser()
     fid.add_arguments(p)
     opts = p.parse_args(["--datasets", "bbc_news", "--seeds", "0", "--set", "train_args.comm_round=1", "--jobs", "2"])
-    assert fid.command_line("fedml-fes bench --suite fidelity", opts) == \
-        "fedml-fes bench --suite fidelity --datasets bbc_news --seeds 0 --jobs 2 --set train_args.comm_round=1"
+    assert (
+        fid.command_line("fedml-fes bench --suite fidelity", opts)
+        == "fedml-fes bench --suite fidelity --datasets bbc_news --seeds 0 --jobs 2 --set train_args.comm_round=1"
+    )
 
 
 # ---- a run folder's row ---------------------------------------------------------------------------
 
+
 def _fake_run_dir(root: Path, tiny_model_dir: str, method: str = "fes", status: str = "completed") -> Path:
-    raw = small_config(root, tiny_model_dir, train_args={"method": method, "comm_round": 2},
-                       data_args={"max_test_examples": 40})
+    raw = small_config(
+        root, tiny_model_dir, train_args={"method": method, "comm_round": 2}, data_args={"max_test_examples": 40}
+    )
     cfg = config_from_dict(raw)
     rd = root / "bbc_news" / "runs" / f"{method}-s0"
     rd.mkdir(parents=True)
@@ -264,14 +323,40 @@ def _fake_run_dir(root: Path, tiny_model_dir: str, method: str = "fes", status: 
     (rd / "summary.json").write_text(json.dumps({"status": status, "final": 0.625, "primary_metric": "test_acc"}))
     (rd / "metrics.csv").write_text("round,test_acc,pseudo_total,bytes_up\n0,,10,1000\n1,0.625,30,3000\n")
     with (rd / "client_costs.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["round", "phase", "client_id", "accepted", "fwd_flops", "bwd_flops",
-                                          "filter_flops", "encoder_calls", "bytes_down", "bytes_up", "compute_s"])
+        w = csv.DictWriter(
+            f,
+            fieldnames=[
+                "round",
+                "phase",
+                "client_id",
+                "accepted",
+                "fwd_flops",
+                "bwd_flops",
+                "filter_flops",
+                "encoder_calls",
+                "bytes_down",
+                "bytes_up",
+                "compute_s",
+            ],
+        )
         w.writeheader()
         for r in (0, 1):
             for c, flops in ((0, 1.07e12), (1, 2.14e12)):  # the slower client sets the round's pace
-                w.writerow({"round": r, "phase": "train", "client_id": c, "accepted": 1, "fwd_flops": flops,
-                            "bwd_flops": 0, "filter_flops": 0, "encoder_calls": 0, "bytes_down": 1e6,
-                            "bytes_up": 1e6, "compute_s": 1.0})
+                w.writerow(
+                    {
+                        "round": r,
+                        "phase": "train",
+                        "client_id": c,
+                        "accepted": 1,
+                        "fwd_flops": flops,
+                        "bwd_flops": 0,
+                        "filter_flops": 0,
+                        "encoder_calls": 0,
+                        "bytes_down": 1e6,
+                        "bytes_up": 1e6,
+                        "compute_s": 1.0,
+                    }
+                )
     return rd
 
 
@@ -280,6 +365,7 @@ def test_run_row_reads_a_run_folder(tmp_path, tiny_model_dir):
     from fedml_fes.cost.network import Network
     from fedml_fes.cost.profiles import load_profile
     from fedml_fes.report.runs import load_run
+
     rd = _fake_run_dir(tmp_path, tiny_model_dir)
     row = fid.run_row(rd)
     assert (row["dataset"], row["seed"], row["method"], row["accuracy"]) == ("bbc_news", 0, "fes", 0.625)
@@ -305,30 +391,52 @@ def test_run_row_reads_a_run_folder(tmp_path, tiny_model_dir):
 
 # ---- end to end on a tiny setting ------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsys):
     """bbc_news, seed 0, FedCLS and FeS, 2 rounds on the tiny BERT: two at once, then nothing to redo."""
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2, "client_num_per_round": 2,
-                                                             "frequency_of_the_test": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001, "max_train_examples": 160,
-                                  "max_test_examples": 40},
-                       pseudo_args={"start_round": 1, "label_clients": 2, "per_pass": 8},
-                       tuning_args={"full_layers": 0, "bias_layers": 1},
-                       filter_args={"method": "random"},  # no proxy model to load: this tests the harness
-                       pacing_args={"mode": "static", "f": 1, "n": 2, "k": 20},
-                       cost_args={"devices": ["jetson_tx2"]})
-    mlm = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedbert_mlm", "comm_round": 1,
-                                                             "client_num_per_round": 2},
-                       data_args={"client_num_in_total": 4, "max_train_examples": 80, "max_test_examples": 20},
-                       mlm_args={"local_steps": 1, "heldout_texts": 20})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"comm_round": 2, "client_num_per_round": 2, "frequency_of_the_test": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001, "max_train_examples": 160, "max_test_examples": 40},
+        pseudo_args={"start_round": 1, "label_clients": 2, "per_pass": 8},
+        tuning_args={"full_layers": 0, "bias_layers": 1},
+        filter_args={"method": "random"},  # no proxy model to load: this tests the harness
+        pacing_args={"mode": "static", "f": 1, "n": 2, "k": 20},
+        cost_args={"devices": ["jetson_tx2"]},
+    )
+    mlm = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedbert_mlm", "comm_round": 1, "client_num_per_round": 2},
+        data_args={"client_num_in_total": 4, "max_train_examples": 80, "max_test_examples": 20},
+        mlm_args={"local_steps": 1, "heldout_texts": 20},
+    )
     raw["model_args"]["mlm_from"] = str(tmp_path / "tiny_mlm.yaml")
     (tmp_path / "tiny_mlm.yaml").write_text(yaml.safe_dump(mlm))
     cf = tmp_path / "tiny_fidelity.yaml"
     cf.write_text(yaml.safe_dump(raw))
     out, res = tmp_path / "fid", tmp_path / "results"
-    argv = ["--cf", str(cf), "--datasets", "bbc_news", "--seeds", "0", "--methods", "fedcls", "fes",
-            "--out", str(out), "--results", str(res), "--set", "data_args.client_num_in_total=8"]
+    argv = [
+        "--cf",
+        str(cf),
+        "--datasets",
+        "bbc_news",
+        "--seeds",
+        "0",
+        "--methods",
+        "fedcls",
+        "fes",
+        "--out",
+        str(out),
+        "--results",
+        str(res),
+        "--set",
+        "data_args.client_num_in_total=8",
+    ]
     from fedml_fes_plugins.cli.main import main
+
     assert main(["bench", "--suite", "fidelity", *argv, "--jobs", "2"]) == 0
     text = capsys.readouterr().out
     assert "2 runs, 0 already complete, 2 to do" in text and "(2 at a time)" in text
@@ -371,15 +479,29 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
 
     # a changed shared config does not mix with finished runs
     with pytest.raises(FesError, match="different config .*train_args.learning_rate"):
-        fid.pending_runs(fid.FidelityOptions(cf=str(cf), out=str(out), datasets=["bbc_news"], seeds=[0],
-                                             methods=["fedcls"], overrides={"data_args.client_num_in_total": 8,
-                                                                            "train_args.learning_rate": 0.01}))
+        fid.pending_runs(
+            fid.FidelityOptions(
+                cf=str(cf),
+                out=str(out),
+                datasets=["bbc_news"],
+                seeds=[0],
+                methods=["fedcls"],
+                overrides={"data_args.client_num_in_total": 8, "train_args.learning_rate": 0.01},
+            )
+        )
 
 
 def test_check_a_shows_the_gap_seed_by_seed():
     def cell(per_seed):
-        return fid.Cell(per_seed=per_seed, mean=sum(per_seed.values()) / len(per_seed), std=0.0, bytes_up=1.0,
-                        pseudo_labels=0.0, hours=1.0)
+        return fid.Cell(
+            per_seed=per_seed,
+            mean=sum(per_seed.values()) / len(per_seed),
+            std=0.0,
+            bytes_up=1.0,
+            pseudo_labels=0.0,
+            hours=1.0,
+        )
+
     fes, fsl = cell({0: 0.70, 1: 0.80, 2: 0.60}), cell({0: 0.75, 1: 0.80, 2: 0.50})
     assert fid.paired_difference(fes, fsl) == "per seed -5.0, +0.0, +10.0 points, mean +1.7 ± 7.6"
     assert fid.paired_difference(cell({3: 0.5}), fsl) == ""
@@ -387,12 +509,27 @@ def test_check_a_shows_the_gap_seed_by_seed():
 
 # ---- your own dataset: --dataset-file -------------------------------------------------------------
 
+
 def _dataset_file(tmp_path: Path, name: str = "my_news", **sections) -> Path:
-    raw = {"data_args": {"dataset": "custom", "train_file": "data/news.csv", "text_columns": ["text"],
-                         "label_column": "label", "client_num_in_total": 10},
-           "prompt_args": {"pattern": "{mask} News: {text_a}",
-                           "verbalizer": {"business": "business", "entertainment": "entertainment",
-                                          "politics": "politics", "sports": "sports", "tech": "technology"}}}
+    raw = {
+        "data_args": {
+            "dataset": "custom",
+            "train_file": "data/news.csv",
+            "text_columns": ["text"],
+            "label_column": "label",
+            "client_num_in_total": 10,
+        },
+        "prompt_args": {
+            "pattern": "{mask} News: {text_a}",
+            "verbalizer": {
+                "business": "business",
+                "entertainment": "entertainment",
+                "politics": "politics",
+                "sports": "sports",
+                "tech": "technology",
+            },
+        },
+    }
     for sec, values in sections.items():
         raw.setdefault(sec, {}).update(values)
     path = tmp_path / f"{name}.yaml"
@@ -404,21 +541,36 @@ def test_a_dataset_file_sets_only_the_data_and_its_pvp(tmp_path):
     """Its data_args and prompt_args become the dataset's keys (paths from the file's folder), the
     shared config keeps everything else, and it alone is planned when no --datasets is named."""
     from fedml_fes_plugins.bench.config import run_config
+
     name, keys = fid.read_dataset_file(_dataset_file(tmp_path))
     assert name == "my_news" and keys["data_args.train_file"] == str(tmp_path / "data" / "news.csv")
     assert keys["prompt_args.pattern_id"] == 0  # not the shared config's (BBC News's) pattern id
     assert set(keys) <= fid.VARYING_KEYS
-    o = fid.FidelityOptions(cf=str(REPO / "run_configs" / "fidelity.yaml"), out=str(tmp_path / "out"), datasets=[],
-                            dataset_files=[str(tmp_path / "my_news.yaml")], methods=["fes"], seeds=[0])
+    o = fid.FidelityOptions(
+        cf=str(REPO / "run_configs" / "fidelity.yaml"),
+        out=str(tmp_path / "out"),
+        datasets=[],
+        dataset_files=[str(tmp_path / "my_news.yaml")],
+        methods=["fes"],
+        seeds=[0],
+    )
     fid.check_options(o)
     plans = fid.plans(o)
     assert list(plans) == ["my_news"]
     cfg, shared = run_config(plans["my_news"], "fes", 0), load_config(REPO / "run_configs" / "fidelity.yaml")
-    assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern) == ("custom", 10, "{mask} News: {text_a}")
-    assert (cfg.data.gold_labels, cfg.data.gold_sparsity, cfg.train.comm_round) == \
-        (shared.data.gold_labels, shared.data.gold_sparsity, shared.train.comm_round)
+    assert (cfg.data.dataset, cfg.data.client_num_in_total, cfg.prompt.pattern) == (
+        "custom",
+        10,
+        "{mask} News: {text_a}",
+    )
+    assert (cfg.data.gold_labels, cfg.data.gold_sparsity, cfg.train.comm_round) == (
+        shared.data.gold_labels,
+        shared.data.gold_sparsity,
+        shared.train.comm_round,
+    )
 
     import argparse
+
     p = argparse.ArgumentParser()
     fid.add_arguments(p)
     opts = p.parse_args(["--dataset-file", str(tmp_path / "my_news.yaml")])
@@ -428,12 +580,15 @@ def test_a_dataset_file_sets_only_the_data_and_its_pvp(tmp_path):
     assert "--dataset-file " + str(tmp_path / "my_news.yaml") in fid.command_line("x", opts)
 
 
-@pytest.mark.parametrize("sections, message", [
-    ({"data_args": {"gold_labels": 640}}, "data_args.gold_labels is shared by every dataset"),
-    ({"prompt_args": {"train_class_bias": False}}, "prompt_args.train_class_bias is shared by every dataset"),
-    ({"train_args": {"comm_round": 50}}, "section 'train_args' belongs to the shared config"),
-    ({"data_args": {"dataset": None}}, "data_args.dataset is missing"),
-])
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        ({"data_args": {"gold_labels": 640}}, "data_args.gold_labels is shared by every dataset"),
+        ({"prompt_args": {"train_class_bias": False}}, "prompt_args.train_class_bias is shared by every dataset"),
+        ({"train_args": {"comm_round": 50}}, "section 'train_args' belongs to the shared config"),
+        ({"data_args": {"dataset": None}}, "data_args.dataset is missing"),
+    ],
+)
 def test_a_dataset_file_that_reaches_beyond_its_data_is_refused_in_one_line(tmp_path, capsys, sections, message):
     path = _dataset_file(tmp_path, **sections)
     if sections.get("data_args", {}).get("dataset", "x") is None:
@@ -441,6 +596,7 @@ def test_a_dataset_file_that_reaches_beyond_its_data_is_refused_in_one_line(tmp_
         del raw["data_args"]["dataset"]
         path.write_text(yaml.safe_dump(raw))
     from fedml_fes_plugins.cli.main import main
+
     assert main(["bench", "--suite", "fidelity", "--dataset-file", str(path), "--out", str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
@@ -452,8 +608,9 @@ def test_dataset_file_names_are_checked(tmp_path):
     with pytest.raises(FesError, match="expected a .yaml file"):
         fid.read_dataset_file(tmp_path / "news.csv")
     (tmp_path / "b").mkdir()
-    o = fid.FidelityOptions(datasets=[], dataset_files=[str(_dataset_file(tmp_path)),
-                                                        str(_dataset_file(tmp_path / "b"))])
+    o = fid.FidelityOptions(
+        datasets=[], dataset_files=[str(_dataset_file(tmp_path)), str(_dataset_file(tmp_path / "b"))]
+    )
     with pytest.raises(FesError, match="two datasets are named 'my_news'"):
         fid.dataset_sources(o)
     with pytest.raises(FesError, match="no dataset to run"):
@@ -479,6 +636,7 @@ def test_the_harness_runs_a_dataset_file_end_to_end(tmp_path, tiny_model_dir, ca
     """A CSV of real BBC News text under its own name: its run folders, CSV rows and report section."""
     from fedml_fes.data.sources import load_source
     from fedml_fes_plugins.cli.main import main
+
     source = load_source(config_from_dict(small_config(tmp_path, tiny_model_dir)))
     (tmp_path / "data").mkdir()
     with (tmp_path / "data" / "news.csv").open("w", newline="") as f:
@@ -487,14 +645,38 @@ def test_the_harness_runs_a_dataset_file_end_to_end(tmp_path, tiny_model_dir, ca
         for i in range(0, len(source.train), 5):
             w.writerow([source.train.texts[i], source.train.classes[source.train.labels[i]]])
     dataset = _dataset_file(tmp_path, data_args={"client_num_in_total": 6})
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1, "client_num_per_round": 2,
-                                                             "frequency_of_the_test": 1},
-                       data_args={"gold_labels": 16, "max_test_examples": 30, "max_train_examples": 0})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"comm_round": 1, "client_num_per_round": 2, "frequency_of_the_test": 1},
+        data_args={"gold_labels": 16, "max_test_examples": 30, "max_train_examples": 0},
+    )
     cf = tmp_path / "shared.yaml"
     cf.write_text(yaml.safe_dump(raw))
     out, res = tmp_path / "fid", tmp_path / "results"
-    assert main(["bench", "--suite", "fidelity", "--cf", str(cf), "--dataset-file", str(dataset), "--seeds", "0",
-                 "--methods", "fedcls", "prompt_only", "--out", str(out), "--results", str(res)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "fidelity",
+                "--cf",
+                str(cf),
+                "--dataset-file",
+                str(dataset),
+                "--seeds",
+                "0",
+                "--methods",
+                "fedcls",
+                "prompt_only",
+                "--out",
+                str(out),
+                "--results",
+                str(res),
+            ]
+        )
+        == 0
+    )
     assert "2 runs, 0 already complete, 2 to do" in capsys.readouterr().out
     for m in ("fedcls", "prompt_only"):
         saved = yaml.safe_load((out / "my_news" / "runs" / f"{m}-s0" / "config.yaml").read_text())
@@ -516,6 +698,7 @@ def test_the_example_dataset_file_reads():
 def test_a_dataset_file_whose_verbalizer_misses_a_class_fails_before_any_run(tmp_path, tiny_model_dir, capsys):
     from fedml_fes.data.sources import load_source
     from fedml_fes_plugins.cli.main import main
+
     source = load_source(config_from_dict(small_config(tmp_path, tiny_model_dir)))
     (tmp_path / "data").mkdir()
     with (tmp_path / "data" / "news.csv").open("w", newline="") as f:
@@ -530,8 +713,27 @@ def test_a_dataset_file_whose_verbalizer_misses_a_class_fails_before_any_run(tmp
     cf = tmp_path / "shared.yaml"
     cf.write_text(yaml.safe_dump(small_config(tmp_path, tiny_model_dir, data_args={"max_train_examples": 0})))
     out = tmp_path / "fid"
-    assert main(["bench", "--suite", "fidelity", "--cf", str(cf), "--dataset-file", str(dataset), "--seeds", "0",
-                 "--methods", "fedcls", "prompt_only", "--out", str(out)]) == 1
+    assert (
+        main(
+            [
+                "bench",
+                "--suite",
+                "fidelity",
+                "--cf",
+                str(cf),
+                "--dataset-file",
+                str(dataset),
+                "--seeds",
+                "0",
+                "--methods",
+                "fedcls",
+                "prompt_only",
+                "--out",
+                str(out),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err.strip()
     assert "my_news, prompt_only: verbalizer does not cover classes ['tech']" in err and "nothing was run" in err
     assert "\n" not in err and not (out / "my_news").exists()

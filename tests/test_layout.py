@@ -1,5 +1,6 @@
 """The tree shows the architecture: plugins' subpackages import downwards only, and no product
 file points at the developers' ../shared folder (a user does not have it)."""
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,12 @@ def test_plugin_layers_import_downwards_only():
 
 
 def test_no_product_file_reads_shared():
-    product = [p for d in ("fedml_fes", "plugins", "run_configs", "mpi") for p in (REPO / d).rglob("*")
-               if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".sh", ".cfg")]
+    product = [
+        p
+        for d in ("fedml_fes", "plugins", "run_configs", "mpi")
+        for p in (REPO / d).rglob("*")
+        if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".sh", ".cfg")
+    ]
     assert product
     hits = [str(p.relative_to(REPO)) for p in product if "../shared" in p.read_text() or "/shared/" in p.read_text()]
     assert not hits, hits
@@ -53,7 +58,7 @@ def test_no_product_file_reads_shared():
 def test_one_fedml_trainer_and_aggregator_for_every_runtime():
     """The round logic sits behind one ClientTrainer and one ServerAggregator class, which the
     FedMLRunner script, the in-process runtime, the MPI managers and the cross-silo processes
-    all drive (issue 13: no runtime keeps its own pair)."""
+    all drive (no runtime keeps its own pair)."""
     bases: dict[str, list[str]] = {"ClientTrainer": [], "ServerAggregator": []}
     for path in PLUGINS.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -62,10 +67,17 @@ def test_one_fedml_trainer_and_aggregator_for_every_runtime():
                     name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
                     if name in bases:
                         bases[name].append(f"{path.relative_to(PLUGINS)}:{node.name}")
-    assert bases == {"ClientTrainer": ["adapters/trainer.py:FesTrainer"],
-                     "ServerAggregator": ["adapters/aggregator.py:FesAggregator"]}
-    users = {"runtimes/inprocess.py", "runtimes/mpi_managers.py", "cross_silo/server.py", "cross_silo/client.py",
-             "fedml_plugin.py"}
+    assert bases == {
+        "ClientTrainer": ["adapters/trainer.py:FesTrainer"],
+        "ServerAggregator": ["adapters/aggregator.py:FesAggregator"],
+    }
+    users = {
+        "runtimes/inprocess.py",
+        "runtimes/mpi_managers.py",
+        "cross_silo/server.py",
+        "cross_silo/client.py",
+        "fedml_plugin.py",
+    }
     for rel in users:
         text = (PLUGINS / rel).read_text()
         assert "adapters.trainer import FesTrainer" in text or "adapters.aggregator import FesAggregator" in text, rel

@@ -1,4 +1,5 @@
 """The FedBERT-style MLM build: lr schedule, batching, which text it trains on, progress."""
+
 from __future__ import annotations
 
 import math
@@ -10,9 +11,17 @@ import torch
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.pretrain.cache import mlm_cache_key
-from fedml_fes.pretrain.mlm import (build_steps, length_grouped_batch, length_order, lr_factor,
-                                    masked_token_accuracy, sentence_chunks, tokenize_texts, train_mlm,
-                                    unigram_log_prior)
+from fedml_fes.pretrain.mlm import (
+    build_steps,
+    length_grouped_batch,
+    length_order,
+    lr_factor,
+    masked_token_accuracy,
+    sentence_chunks,
+    tokenize_texts,
+    train_mlm,
+    unigram_log_prior,
+)
 from fedml_fes.runtime.job import make_run_dir
 from fedml_fes.runtime.tasks import task_seed
 
@@ -26,13 +35,22 @@ def mlm_model_dir(tmp_path_factory) -> str:
 
 
 def _raw(tmp_path, model_dir, **mlm):
-    return small_config(tmp_path, model_dir,
-                        train_args={"method": "fedbert_mlm", "comm_round": 3, "client_num_per_round": 1,
-                                    "batch_size": 4, "learning_rate": 0.001},
-                        mlm_args={"local_steps": 4, "heldout_texts": 20, **mlm})
+    return small_config(
+        tmp_path,
+        model_dir,
+        train_args={
+            "method": "fedbert_mlm",
+            "comm_round": 3,
+            "client_num_per_round": 1,
+            "batch_size": 4,
+            "learning_rate": 0.001,
+        },
+        mlm_args={"local_steps": 4, "heldout_texts": 20, **mlm},
+    )
 
 
 # -- learning-rate schedule ------------------------------------------------------------------
+
 
 def test_lr_factor_warms_up_then_decays_to_zero():
     assert [lr_factor(s, 100, 10, "linear") for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
@@ -52,8 +70,8 @@ def test_build_steps_and_bad_settings_are_one_line_errors(tmp_path, mlm_model_di
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir, warmup_fraction=0.25))
     assert build_steps(cfg) == (12, 3)
     from fedml_fes.runtime.methods import FedBertMlm
-    for bad in ({"lr_schedule": "step"}, {"warmup_fraction": 1.0}, {"train_mask_probability": 1.5},
-                {"dropout": 1.0}):
+
+    for bad in ({"lr_schedule": "step"}, {"warmup_fraction": 1.0}, {"train_mask_probability": 1.5}, {"dropout": 1.0}):
         with pytest.raises(FesError, match="mlm_args"):
             FedBertMlm().build_model(config_from_dict(_raw(tmp_path, mlm_model_dir, **bad)), (), None)
 
@@ -84,6 +102,7 @@ def test_each_round_trains_at_its_place_in_the_build_schedule(tmp_path, mlm_mode
 
 
 # -- initial model -------------------------------------------------------------------------
+
 
 def test_unigram_log_prior_counts_text_tokens_only():
     prior = unigram_log_prior([[101, 5, 5, 7, 102], [101, 5, 102]], vocab_size=10)
@@ -139,6 +158,7 @@ def test_candidate_softmax_is_the_full_one_over_all_ids_and_keeps_every_target(m
 
 # -- batching ------------------------------------------------------------------------------
 
+
 def test_length_grouped_batches_have_little_padding_and_reach_every_text():
     gen = torch.Generator().manual_seed(0)
     lengths = np.asarray(torch.randint(8, 64, (500,), generator=gen))
@@ -156,21 +176,36 @@ def test_length_grouped_batches_have_little_padding_and_reach_every_text():
 
 def test_train_mlm_learns_on_repeated_text(mlm_model_dir):
     from fedml_fes.models import build_masked_lm, load_tokenizer
+
     tok = load_tokenizer(mlm_model_dir)
     model = build_masked_lm(mlm_model_dir, 0)
     texts = ["the cat sat on the mat and the dog sat on the rug."] * 8
-    acc = lambda: masked_token_accuracy(model, tok, texts, batch_size=8, max_len=32, prob=0.3, seed=1,
-                                        device=torch.device("cpu"))
+    acc = lambda: masked_token_accuracy(
+        model, tok, texts, batch_size=8, max_len=32, prob=0.3, seed=1, device=torch.device("cpu")
+    )
     before = acc()
     ids = tokenize_texts(tok, texts, 32)
-    metrics = train_mlm(model, tok, texts, steps=40, batch_size=8, lr=3e-3, weight_decay=0.0, max_len=32,
-                        prob=0.3, generator=torch.Generator().manual_seed(0), device=torch.device("cpu"),
-                        token_ids=ids, lr_at=lambda i: 3e-3 * (1 - i / 40))
+    metrics = train_mlm(
+        model,
+        tok,
+        texts,
+        steps=40,
+        batch_size=8,
+        lr=3e-3,
+        weight_decay=0.0,
+        max_len=32,
+        prob=0.3,
+        generator=torch.Generator().manual_seed(0),
+        device=torch.device("cpu"),
+        token_ids=ids,
+        lr_at=lambda i: 3e-3 * (1 - i / 40),
+    )
     assert metrics["lr_first"] == pytest.approx(3e-3) and metrics["lr_last"] == pytest.approx(3e-3 / 40)
     assert acc() > before + 0.3
 
 
 # -- what the build trains on --------------------------------------------------------------
+
 
 def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path, mlm_model_dir, monkeypatch):
     from fedml_fes.data.federated import build_federated_data, load_splits
@@ -189,6 +224,7 @@ def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path,
 
     monkeypatch.setattr(methods, "train_mlm", spy)
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed"
     train, test = load_splits(cfg)
@@ -201,6 +237,7 @@ def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path,
 
 
 # -- progress and cache --------------------------------------------------------------------
+
 
 def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir, monkeypatch):
     import fedml_fes_plugins.runtimes.inprocess as inprocess
@@ -229,6 +266,7 @@ def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir
 
 def test_progress_bar_counts_steps_from_the_start(tmp_path, mlm_model_dir, capsys):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir))
     lines: list[str] = []
     run_in_process(cfg, make_run_dir(cfg), progress=True, echo=lines.append)
@@ -240,6 +278,7 @@ def test_progress_bar_counts_steps_from_the_start(tmp_path, mlm_model_dir, capsy
 
 def test_second_build_is_reused_without_loading_the_model(tmp_path, mlm_model_dir, monkeypatch):
     import fedml_fes_plugins.runtimes.inprocess as inprocess
+
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir))
     first = inprocess.run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
     assert first["status"] == "completed"
@@ -259,6 +298,7 @@ def test_the_mlm_build_runs_from_the_cli_as_its_error_message_says(tmp_path, mlm
     from fedml_fes.config import load_config
     from fedml_fes.pretrain.cache import load_cached_info
     from fedml_fes_plugins.cli.main import main
+
     cf = write_config(tmp_path / "mlm.yaml", _raw(tmp_path, mlm_model_dir))
     assert main(["run", "--cf", str(cf), "--dry-run"]) == 0
     assert "method: fedbert_mlm" in capsys.readouterr().out

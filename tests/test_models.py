@@ -30,9 +30,11 @@ def test_tiny_models_build_from_path(tiny_model_dir):
 
 
 def test_core_does_not_import_fedml():
-    code = ("import sys, importlib, pkgutil, fedml_fes\n"
-            "for m in pkgutil.walk_packages(fedml_fes.__path__, 'fedml_fes.'):\n"
-            "    importlib.import_module(m.name)\n"
-            "bad = [m for m in sys.modules if m == 'fedml' or m.startswith('fedml.')]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, importlib, pkgutil, fedml_fes\n"
+        "for m in pkgutil.walk_packages(fedml_fes.__path__, 'fedml_fes.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = [m for m in sys.modules if m == 'fedml' or m.startswith('fedml.')]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

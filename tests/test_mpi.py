@@ -1,4 +1,5 @@
 """FedML's MPI runtime under a real mpirun, against the in-process runtime."""
+
 import json
 import time
 
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.slow
 
 def _mpirun(cf, run_dir, np=3, overrides=()):
     from fedml_fes_plugins.runtimes.launcher import run_mpirun
+
     cfg = load_config(cf)
     lines = []
     run_mpirun(cfg, str(cf), np, run_dir, None, list(overrides), echo=lines.append, timeout_s=600)
@@ -23,6 +25,7 @@ def _mpirun(cf, run_dir, np=3, overrides=()):
 
 def test_mpirun_matches_in_process_bit_for_bit(tmp_path, tiny_model_dir, clean_home):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
     cfg = load_config(cf)
     mpi_summary, lines = _mpirun(cf, make_run_dir(cfg, str(tmp_path / "mpi")))
@@ -53,21 +56,33 @@ def test_client_raising_in_round_2_ends_the_run_quickly(tmp_path, tiny_model_dir
 def test_mpirun_shell_launcher_with_hostfile(tmp_path, tiny_model_dir):
     import subprocess
     from pathlib import Path
+
     repo = Path(__file__).resolve().parents[1]
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1}))
-    out = subprocess.run(["bash", str(repo / "mpi" / "run_fes_mpi.sh"), "2", str(cf)], capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        ["bash", str(repo / "mpi" / "run_fes_mpi.sh"), "2", str(cf)], capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "round   0: test_acc=" in out.stdout
 
 
 @pytest.mark.skipif(not SHARED_AGNEWS.is_dir(), reason="../shared/datasets/agnews is absent (not a dev checkout)")
 def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir,
-                       data_args={"dataset": "agnews", "data_dir": str(SHARED_AGNEWS), "client_num_in_total": 100,
-                                  "gold_labels": 64, "gold_sparsity": 0.001, "max_train_examples": 0,
-                                  "max_test_examples": 200, "partition_alpha": 1.0},
-                       train_args={"comm_round": 2, "client_num_per_round": 5})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        data_args={
+            "dataset": "agnews",
+            "data_dir": str(SHARED_AGNEWS),
+            "client_num_in_total": 100,
+            "gold_labels": 64,
+            "gold_sparsity": 0.001,
+            "max_train_examples": 0,
+            "max_test_examples": 200,
+            "partition_alpha": 1.0,
+        },
+        train_args={"comm_round": 2, "client_num_per_round": 5},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
     summary, _ = _mpirun(cf, make_run_dir(load_config(cf), str(tmp_path / "mpi")))
     assert summary["status"] == "completed" and len(summary["per_round"]) == 2
@@ -76,9 +91,14 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
 def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
     """Labeling + training phases under mpirun equal the in-process run, pseudo labels too."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pseudo_args={"label_clients": 3, "per_pass": 10})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+    )
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
     mpi_summary, _ = _mpirun(cf, make_run_dir(cfg, str(tmp_path / "mpi")))

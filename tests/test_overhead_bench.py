@@ -1,6 +1,7 @@
 """benchmarks/overhead.py: its baseline uses each runtime's own split of a round's clients, and
 the raw workers really run side by side on real trainings (the timings themselves are the
 benchmark's, never asserted here)."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,6 +25,7 @@ def test_the_mpirun_split_is_the_runtimes_own_round_robin(bench):
 
 def test_the_cross_silo_split_puts_a_device_on_its_owner_silo(bench):
     from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+
     settings = CrossSiloSettings.__new__(CrossSiloSettings)
     settings.silo_num = 2
     clients = [17, 3, 9, 12, 4]

@@ -1,5 +1,6 @@
 """benchmarks/paper_shape.py: the paper's memory comparison on RoBERTa-large's shape (run on a
 GPU machine); here on a tiny shape, on the CPU, in seconds."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ def shape_script():
 
 def test_each_method_trains_what_it_should(shape_script):
     full, bias, fes = (shape_script.build("tiny", m, 0) for m in ("fedfsl", "fedfsl_bias", "fes"))
-    trainable = {name: {n for n, p in m.named_parameters() if p.requires_grad}
-                 for name, m in (("full", full), ("bias", bias), ("fes", fes))}
+    trainable = {
+        name: {n for n, p in m.named_parameters() if p.requires_grad}
+        for name, m in (("full", full), ("bias", bias), ("fes", fes))
+    }
     assert all(n.endswith("bias") or n == "class_bias" for n in trainable["bias"] | trainable["fes"])
     assert trainable["fes"] < trainable["bias"] < trainable["full"]
     layers = {int(n.split("layer.")[1].split(".")[0]) for n in trainable["fes"] if "layer." in n}
@@ -46,11 +49,15 @@ def test_a_filled_cache_means_no_step_reads_the_bottom(shape_script):
 
 def test_the_script_writes_rows_for_every_method(shape_script, tmp_path, capsys):
     out = tmp_path / "rows.json"
-    assert shape_script.main(["--shape", "tiny", "--steps", "2", "--seq", "16", "--device", "cpu", "--out", str(out)]) == 0
+    assert (
+        shape_script.main(["--shape", "tiny", "--steps", "2", "--seq", "16", "--device", "cpu", "--out", str(out)]) == 0
+    )
     info = json.loads(out.read_text())
     rows = {r["method"]: r for r in info["rows"]}
     assert set(rows) == {"fedfsl", "fedfsl_bias", "fes"} and info["seq"] == 16
-    assert rows["fes"]["trainable_params"] < rows["fedfsl_bias"]["trainable_params"] < rows["fedfsl"]["trainable_params"]
+    assert (
+        rows["fes"]["trainable_params"] < rows["fedfsl_bias"]["trainable_params"] < rows["fedfsl"]["trainable_params"]
+    )
     # full tuning holds gradients and AdamW state for every weight: the largest analytic peak
     assert rows["fedfsl"]["analytic_peak_bytes"] > rows["fedfsl_bias"]["analytic_peak_bytes"] > 0
     assert rows["fedfsl"]["analytic_peak_bytes"] > rows["fes"]["analytic_peak_bytes"] > 0

@@ -4,8 +4,14 @@ import pytest
 import torch
 
 from fedml_fes.errors import FesError
-from fedml_fes.tuning.params import (fedavg, load_trainable, payload_bytes, screen_updates, trainable_state,
-                                     validate_update)
+from fedml_fes.tuning.params import (
+    fedavg,
+    load_trainable,
+    payload_bytes,
+    screen_updates,
+    trainable_state,
+    validate_update,
+)
 
 
 def _state(v):
@@ -25,8 +31,10 @@ def test_fedavg_in_float32_is_the_exact_mean_to_float32_rounding_and_half_is_sum
     exact = sum(w * s["w"].double() for w, s in zip(weights, states)) / sum(weights)
     out = fedavg(list(zip(weights, states)))["w"]
     assert out.dtype == torch.float32 and torch.allclose(out.double(), exact, rtol=0, atol=1e-6)
-    half = fedavg([(1.0, OrderedDict(w=torch.full((4,), 1000.0, dtype=torch.float16)))] +
-                  [(1.0, OrderedDict(w=torch.full((4,), 0.25, dtype=torch.float16)))] * 3999)["w"]
+    half = fedavg(
+        [(1.0, OrderedDict(w=torch.full((4,), 1000.0, dtype=torch.float16)))]
+        + [(1.0, OrderedDict(w=torch.full((4,), 0.25, dtype=torch.float16)))] * 3999
+    )["w"]
     assert half.dtype == torch.float16 and torch.allclose(half.float(), torch.full((4,), 0.49975), atol=1e-3)
 
 
@@ -67,11 +75,13 @@ def test_trainable_state_only_requires_grad_and_copies():
 
 # ---- robust aggregation: the aggregator screens every update itself ------------------------
 
+
 def _core(model: torch.nn.Module, norm_factor: float = 10.0):
     """A FedAvgCore over `model` (no data, no evaluation: aggregation only)."""
     from types import SimpleNamespace
 
     from fedml_fes.runtime.server import FedAvgCore
+
     job = SimpleNamespace(model=model, cfg=SimpleNamespace(train=SimpleNamespace(robust_norm_factor=norm_factor)))
     return FedAvgCore(job)
 

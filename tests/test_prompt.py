@@ -1,4 +1,5 @@
 """PVPs, the prompt encoder and the verbalizer-only prompt model."""
+
 import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
@@ -30,11 +31,14 @@ def test_literature_counts():
     assert REGISTRY["mnli"].verbalizer(0)["entailment"] == "Right"
 
 
-@pytest.mark.parametrize("pattern, match", [
-    ("{text_a} is great", "exactly one {mask}"),
-    ("{mask} {mask} {text_a}", "exactly one {mask}"),
-    ("It was {mask}.", "must contain {text_a}"),
-])
+@pytest.mark.parametrize(
+    "pattern, match",
+    [
+        ("{text_a} is great", "exactly one {mask}"),
+        ("{mask} {mask} {text_a}", "exactly one {mask}"),
+        ("It was {mask}.", "must contain {text_a}"),
+    ],
+)
 def test_bad_patterns_fail_at_config_time(pattern, match):
     with pytest.raises(FesError, match=match):
         config_from_dict({"prompt_args": {"pattern": pattern, "verbalizer": {"a": "b"}}})
@@ -78,8 +82,11 @@ def test_pattern_longer_than_max_len_is_an_error(tok):
 
 def test_verbalizer_logits_equal_full_head(tok):
     torch.manual_seed(0)
-    mlm = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=2, intermediate_size=64)).eval()
+    mlm = BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+        )
+    ).eval()
     verb = [tok.convert_tokens_to_ids(w) for w in ("good", "bad", "okay")]
     model = PromptMLM(mlm, verb).eval()
     batch = PromptEncoder(tok, "{text_a} It was {mask}.", 32).batch(["the food", "a much longer review here"], None)
@@ -89,14 +96,23 @@ def test_verbalizer_logits_equal_full_head(tok):
     assert torch.allclose(fast, ref, atol=1e-5)
 
 
-@pytest.mark.parametrize("typed, classes", [
-    ("agnews", "AGNEWS_CLASSES"), ("ag_news", "AGNEWS_CLASSES"),
-    ("yelp_review_full", "YELP_FULL_CLASSES"), ("yelp_full", "YELP_FULL_CLASSES"),
-    ("yahoo_answers", "YAHOO_CLASSES"), ("yahoo", "YAHOO_CLASSES"), ("mnli", "NLI"), ("snli", "NLI"),
-])
+@pytest.mark.parametrize(
+    "typed, classes",
+    [
+        ("agnews", "AGNEWS_CLASSES"),
+        ("ag_news", "AGNEWS_CLASSES"),
+        ("yelp_review_full", "YELP_FULL_CLASSES"),
+        ("yelp_full", "YELP_FULL_CLASSES"),
+        ("yahoo_answers", "YAHOO_CLASSES"),
+        ("yahoo", "YAHOO_CLASSES"),
+        ("mnli", "NLI"),
+        ("snli", "NLI"),
+    ],
+)
 def test_builtin_pvps_cover_their_readers_classes_under_the_names_users_type(tok, typed, classes):
     from fedml_fes.data import readers
     from fedml_fes.data.nli import NLI_CLASSES
+
     names = NLI_CLASSES if classes == "NLI" else getattr(readers, classes)
     pvp = get_pvp(typed)
     for i in range(len(pvp.patterns)):

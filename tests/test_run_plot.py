@@ -1,4 +1,5 @@
 """The per-run figure and the curves the demo compares, read back from a run's files."""
+
 import json
 
 import yaml
@@ -9,9 +10,12 @@ from fedml_fes.report.run_plot import plot_run, plot_runs, run_curve
 def _run(tmp_path, name, accs, bytes_up, method="fes"):
     d = tmp_path / name
     d.mkdir()
-    (d / "config.yaml").write_text(yaml.safe_dump({"train_args": {"method": method}, "common_args": {"random_seed": 0}}))
-    lines = ["round,clients,bytes_up,test_acc"] + [f"{r},1,{b},{'' if a is None else a}"
-                                                    for r, (a, b) in enumerate(zip(accs, bytes_up))]
+    (d / "config.yaml").write_text(
+        yaml.safe_dump({"train_args": {"method": method}, "common_args": {"random_seed": 0}})
+    )
+    lines = ["round,clients,bytes_up,test_acc"] + [
+        f"{r},1,{b},{'' if a is None else a}" for r, (a, b) in enumerate(zip(accs, bytes_up))
+    ]
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")
     (d / "summary.json").write_text(json.dumps({"status": "completed", "primary_metric": "test_acc"}))
     return d
@@ -31,7 +35,9 @@ def test_every_run_gets_a_png_and_a_run_without_evaluations_none(tmp_path):
 
 
 def test_comparison_plot_draws_each_run(tmp_path):
-    curves = {"FedFSL": run_curve(_run(tmp_path, "a", [0.3, 0.5], [1e8, 1e8], "fedfsl")),
-              "FeS": run_curve(_run(tmp_path, "b", [0.2, 0.4], [4e4, 4e4]))}
+    curves = {
+        "FedFSL": run_curve(_run(tmp_path, "a", [0.3, 0.5], [1e8, 1e8], "fedfsl")),
+        "FeS": run_curve(_run(tmp_path, "b", [0.2, 0.4], [4e4, 4e4])),
+    }
     out = plot_runs(curves, tmp_path / "demo.png", "t")
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000

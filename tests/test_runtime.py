@@ -1,4 +1,5 @@
 """In-process runtime driving FedML's trainer/aggregator plugins on a tiny model."""
+
 import csv
 import json
 
@@ -7,9 +8,9 @@ import torch
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
+from fedml_fes.report.metrics import RunRecorder
 from fedml_fes.runtime.job import build_job, make_run_dir
 from fedml_fes.runtime.server import FedAvgCore, RoundServer
-from fedml_fes.report.metrics import RunRecorder
 from fedml_fes.runtime.tasks import ClientUpdate
 
 from .conftest import small_config
@@ -17,6 +18,7 @@ from .conftest import small_config
 
 def _run(cfg):
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
     run_dir = make_run_dir(cfg)
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
 
@@ -70,6 +72,7 @@ def test_invalid_updates_are_rejected_not_averaged(tmp_path, tiny_model_dir):
     first = next(iter(bad))
     bad[first][...] = float("nan")
     from collections import OrderedDict
+
     before = good[first].clone()
     row = server.finish_round(0, [ClientUpdate(0, 1, good, 2.0), ClientUpdate(0, 2, OrderedDict(bad), 5.0)])
     assert row["updates_accepted"] == 1 and row["clients"] == [1]
@@ -77,9 +80,9 @@ def test_invalid_updates_are_rejected_not_averaged(tmp_path, tiny_model_dir):
     assert "non-finite" in (run_dir / "events.log").read_text()
 
 
-def test_round_server_rejects_a_huge_update_names_the_client_and_keeps_the_model_if_all_fail(tmp_path,
-                                                                                             tiny_model_dir):
+def test_round_server_rejects_a_huge_update_names_the_client_and_keeps_the_model_if_all_fail(tmp_path, tiny_model_dir):
     from collections import OrderedDict
+
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
     run_dir = make_run_dir(cfg)
     job = build_job(cfg, "both", run_dir)
@@ -89,13 +92,22 @@ def test_round_server_rejects_a_huge_update_names_the_client_and_keeps_the_model
     def nudged(seed, scale=1e-3):
         g = torch.Generator().manual_seed(seed)
         return OrderedDict((k, v + scale * torch.randn(v.shape, generator=g)) for k, v in glob.items())
+
     huge = OrderedDict((k, torch.full_like(v, 1e30)) for k, v in glob.items())  # finite, far out of line
-    row = server.finish_round(0, [ClientUpdate(0, 1, nudged(1), 2.0), ClientUpdate(0, 4, huge, 9.0),
-                                  ClientUpdate(0, 5, nudged(5), 1.0), ClientUpdate(0, 6, nudged(6), 1.0)])
+    row = server.finish_round(
+        0,
+        [
+            ClientUpdate(0, 1, nudged(1), 2.0),
+            ClientUpdate(0, 4, huge, 9.0),
+            ClientUpdate(0, 5, nudged(5), 1.0),
+            ClientUpdate(0, 6, nudged(6), 1.0),
+        ],
+    )
     assert row["clients"] == [1, 5, 6] and row["updates_accepted"] == 3
     events = (run_dir / "events.log").read_text()
     assert "round 0: rejected update from client 4 is out of" in events
     from fedml_fes.report.client_costs import read_client_costs
+
     flags = {r["client_id"]: r["accepted"] for r in read_client_costs(run_dir)}
     assert flags["4"] == "0" and flags["1"] == "1"  # its cost still counts, flagged rejected
     assert max(float(v.abs().max()) for v in server.global_params().values()) < 1e3
@@ -108,13 +120,17 @@ def test_round_server_rejects_a_huge_update_names_the_client_and_keeps_the_model
 
 @pytest.mark.slow
 def test_fedbert_mlm_builds_cache_and_second_run_reuses_it(tmp_path, tiny_model_dir):
-    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fedbert_mlm", "comm_round": 2,
-                                                             "batch_size": 8, "learning_rate": 0.005},
-                       mlm_args={"local_steps": 3, "heldout_texts": 50})
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedbert_mlm", "comm_round": 2, "batch_size": 8, "learning_rate": 0.005},
+        mlm_args={"local_steps": 3, "heldout_texts": 50},
+    )
     first, _ = _run(config_from_dict(raw))
     assert first["status"] == "completed" and first["final"] is not None
     assert (tmp_path / "runs" / "cache" / "mlm").is_dir()
     second, _ = _run(config_from_dict(raw))
     assert second["status"] == "cached" and second["path"] == first["mlm_path"]
     from fedml_fes.models import build_masked_lm
+
     build_masked_lm(first["mlm_path"], 0)  # the cached build loads as a model path

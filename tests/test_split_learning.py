@@ -1,6 +1,7 @@
-"""FedBERT split learning (issue 15): the split step is the unsplit model's step, traffic is
+"""FedBERT split learning: the split step is the unsplit model's step, traffic is
 the payloads' length, the two schedules do what they say, and whole runs work in-process and
 under mpirun with the same results."""
+
 from __future__ import annotations
 
 import copy
@@ -15,7 +16,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassificat
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.splitfed.parts import body_name_in_model, merged_params, params_of, split_model
-from fedml_fes.splitfed.protocol import LocalLink, Settings, SplitClient, SplitServer, split_step, PartyRng
+from fedml_fes.splitfed.protocol import LocalLink, PartyRng, Settings, SplitClient, SplitServer, split_step
 from fedml_fes.splitfed.tasks import Batch, Shard
 from fedml_fes.splitfed.wire import pack, unpack
 
@@ -26,9 +27,17 @@ CPU = torch.device("cpu")
 
 def _tiny(task: str, dropout: float = 0.0):
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=32, max_position_embeddings=32, hidden_dropout_prob=dropout,
-                     attention_probs_dropout_prob=dropout, num_labels=3)
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        num_labels=3,
+    )
     return (BertForMaskedLM if task == "mlm" else BertForSequenceClassification)(cfg)
 
 
@@ -51,8 +60,8 @@ class CountingLink(LocalLink):
 
 # ---- the split step ----
 
-@pytest.mark.parametrize("task,client_layers", [("mlm", 0), ("mlm", 1), ("classification", 0),
-                                                ("classification", 1)])
+
+@pytest.mark.parametrize("task,client_layers", [("mlm", 0), ("mlm", 1), ("classification", 0), ("classification", 1)])
 def test_split_step_gradients_equal_the_unsplit_model(task, client_layers):
     model = _tiny(task)
     ids = torch.randint(5, 100, (3, 7), generator=torch.Generator().manual_seed(1))
@@ -76,8 +85,16 @@ def test_split_step_gradients_equal_the_unsplit_model(task, client_layers):
     for n, p in server.sessions[0].body.named_parameters():  # the server zeroes its grads after its step
         p.register_hook(lambda g, n=n: got.__setitem__(body_name_in_model(model, n, client_layers), g.clone()))
     part = copy.deepcopy(client)
-    split_loss = split_step(part, torch.optim.SGD(part.parameters(), lr=0.0), LocalLink(server), 0,
-                            Batch(ids, mask, targets, labels), PartyRng(0), torch.float32, CPU)
+    split_loss = split_step(
+        part,
+        torch.optim.SGD(part.parameters(), lr=0.0),
+        LocalLink(server),
+        0,
+        Batch(ids, mask, targets, labels),
+        PartyRng(0),
+        torch.float32,
+        CPU,
+    )
     got.update({n.removeprefix("model."): p.grad for n, p in part.named_parameters()})
     assert split_loss == pytest.approx(float(loss), abs=1e-6)
     assert set(got) == {n for n, g in expected.items() if g is not None}
@@ -88,8 +105,13 @@ def test_split_step_gradients_equal_the_unsplit_model(task, client_layers):
 
 
 def test_wire_round_trip_and_measured_bytes_are_payload_lengths():
-    tensors = {"a": torch.randn(2, 3), "h": torch.randn(4).half(), "m": torch.tensor([[1, 0]], dtype=torch.uint8),
-               "i": torch.arange(5), "e": torch.zeros(0, 3)}
+    tensors = {
+        "a": torch.randn(2, 3),
+        "h": torch.randn(4).half(),
+        "m": torch.tensor([[1, 0]], dtype=torch.uint8),
+        "i": torch.arange(5),
+        "e": torch.zeros(0, 3),
+    }
     back, meta = unpack(pack(tensors, {"examples": 7}))
     assert meta == {"examples": 7}
     for k, t in tensors.items():
@@ -99,8 +121,12 @@ def test_wire_round_trip_and_measured_bytes_are_payload_lengths():
     client, body = split_model(model, "classification", 0)
     server = SplitServer(client, body, _settings(lr=1e-3))
     shard = Shard(0, [[2, 10 + i, 11, 3] for i in range(6)], [0, 1, 2, 0, 1, 2])
-    runner = SplitClient(copy.deepcopy(client), lambda c: shard, SimpleNamespace(pad_token_id=0),
-                         _settings(lr=1e-3, local_steps=3, batch_size=2))
+    runner = SplitClient(
+        copy.deepcopy(client),
+        lambda c: shard,
+        SimpleNamespace(pad_token_id=0),
+        _settings(lr=1e-3, local_steps=3, batch_size=2),
+    )
     link = CountingLink(server)
     server.begin_round(0, [0])
     runner.play(0, 0, link)
@@ -121,20 +147,27 @@ def test_wire_round_trip_and_measured_bytes_are_payload_lengths():
 
 # ---- schedules ----
 
+
 def _round(schedule: str, clients: list[int], shards: dict[int, Shard]):
     model = _tiny("classification")
     client, body = split_model(model, "classification", 0)
     server = SplitServer(client, body, _settings(schedule, lr=1e-2))
-    runner = SplitClient(copy.deepcopy(client), shards.__getitem__, SimpleNamespace(pad_token_id=0),
-                         _settings(schedule, lr=1e-2, local_steps=2, batch_size=2))
+    runner = SplitClient(
+        copy.deepcopy(client),
+        shards.__getitem__,
+        SimpleNamespace(pad_token_id=0),
+        _settings(schedule, lr=1e-2, local_steps=2, batch_size=2),
+    )
     link = CountingLink(server)
     server.begin_round(0, clients)
     return server, runner, link, params_of(copy.deepcopy(body)), params_of(copy.deepcopy(client))
 
 
 def _shards() -> dict[int, Shard]:
-    return {0: Shard(0, [[2, 10, 11, 3], [2, 12, 3]], [0, 1]),
-            1: Shard(1, [[2, 20, 21, 22, 3], [2, 23, 3], [2, 24, 25, 3], [2, 26, 3]], [2, 2, 1, 0])}
+    return {
+        0: Shard(0, [[2, 10, 11, 3], [2, 12, 3]], [0, 1]),
+        1: Shard(1, [[2, 20, 21, 22, 3], [2, 23, 3], [2, 24, 25, 3], [2, 26, 3]], [2, 2, 1, 0]),
+    }
 
 
 def test_parallel_clients_start_alike_and_the_body_copies_are_averaged():
@@ -178,15 +211,19 @@ def test_sequential_clients_hand_the_part_on_and_share_one_body():
 
 # ---- config ----
 
-@pytest.mark.parametrize("key,value,words", [
-    ("task", "ner", "split_args.task must be one of mlm, classification"),
-    ("schedule", "ring", "split_args.schedule must be one of parallel, sequential"),
-    ("local_steps", 0, "split_args.local_steps must be >= 1"),
-    ("wire_dtype", "int8", "split_args.wire_dtype must be float32 or float16"),
-    ("labels", "some", "split_args.labels must be gold or all"),
-    ("client_layers", -1, "split_args.client_layers must be >= 0"),
-    ("cut", 2, "unknown config key 'cut'"),
-])
+
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("task", "ner", "split_args.task must be one of mlm, classification"),
+        ("schedule", "ring", "split_args.schedule must be one of parallel, sequential"),
+        ("local_steps", 0, "split_args.local_steps must be >= 1"),
+        ("wire_dtype", "int8", "split_args.wire_dtype must be float32 or float16"),
+        ("labels", "some", "split_args.labels must be gold or all"),
+        ("client_layers", -1, "split_args.client_layers must be >= 0"),
+        ("cut", 2, "unknown config key 'cut'"),
+    ],
+)
 def test_bad_split_config_is_one_line(key, value, words):
     with pytest.raises(FesError) as e:
         config_from_dict({"split_args": {key: value}})
@@ -195,6 +232,7 @@ def test_bad_split_config_is_one_line(key, value, words):
 
 def test_mpirun_needs_a_server_and_a_client():
     from fedml_fes_plugins.runtimes.split_mpi import mpirun_command
+
     with pytest.raises(FesError, match="-np must be at least 2"):
         mpirun_command(1, "x.yaml", Path("."), None, [])
 
@@ -206,21 +244,26 @@ def test_cut_above_the_model_is_one_line():
 
 # ---- whole runs ----
 
+
 def _split_config(tmp_path: Path, model_dir: str, task: str, schedule: str, **split) -> dict:
-    return small_config(tmp_path, model_dir,
-                        split_args={"task": task, "schedule": schedule, "local_steps": 2, **split},
-                        train_args={"comm_round": 2, "client_num_per_round": 3, "learning_rate": 0.001,
-                                    "eval_batch_size": 32},
-                        mlm_args={"heldout_texts": 40})
+    return small_config(
+        tmp_path,
+        model_dir,
+        split_args={"task": task, "schedule": schedule, "local_steps": 2, **split},
+        train_args={"comm_round": 2, "client_num_per_round": 3, "learning_rate": 0.001, "eval_batch_size": 32},
+        mlm_args={"heldout_texts": 40},
+    )
 
 
 def test_cli_split_runs_in_process_and_saves_the_merged_model(tmp_path, tiny_model_dir, capsys):
-    from fedml_fes_plugins.cli.main import main
+    from fedml_fes.data.federated import build_federated_data
     from fedml_fes.models import load_tokenizer
     from fedml_fes.pretrain.mlm import masked_token_accuracy, sentence_chunks
-    from fedml_fes.data.federated import build_federated_data
-    cf = write_config(tmp_path / "split.yaml", _split_config(tmp_path, tiny_model_dir, "mlm", "parallel",
-                                                              save_model=True))
+    from fedml_fes_plugins.cli.main import main
+
+    cf = write_config(
+        tmp_path / "split.yaml", _split_config(tmp_path, tiny_model_dir, "mlm", "parallel", save_model=True)
+    )
     assert main(["split", "--cf", str(cf), "--run-dir", str(tmp_path / "run")]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 2
@@ -231,8 +274,16 @@ def test_cli_split_runs_in_process_and_saves_the_merged_model(tmp_path, tiny_mod
     model = BertForMaskedLM.from_pretrained(tmp_path / "run" / "model")
     cfg = config_from_dict(_split_config(tmp_path, tiny_model_dir, "mlm", "parallel"))
     data, _ = build_federated_data(cfg)
-    acc = masked_token_accuracy(model, load_tokenizer(tiny_model_dir), sentence_chunks(data.test.texts)[:40],
-                                batch_size=32, max_len=32, prob=0.15, seed=1234, device=CPU)
+    acc = masked_token_accuracy(
+        model,
+        load_tokenizer(tiny_model_dir),
+        sentence_chunks(data.test.texts)[:40],
+        batch_size=32,
+        max_len=32,
+        prob=0.15,
+        seed=1234,
+        device=CPU,
+    )
     assert acc == pytest.approx(summary["final"], abs=1e-9)
     # a bad value through the CLI: one line, exit 1
     capsys.readouterr()
@@ -245,10 +296,12 @@ def test_cli_split_runs_in_process_and_saves_the_merged_model(tmp_path, tiny_mod
     assert len(err) == 1 and "it is a split-learning config, run it with `fedml-fes split" in err[0]
 
 
-@pytest.mark.parametrize("task,schedule", [("mlm", "sequential"), ("classification", "parallel"),
-                                           ("classification", "sequential")])
+@pytest.mark.parametrize(
+    "task,schedule", [("mlm", "sequential"), ("classification", "parallel"), ("classification", "sequential")]
+)
 def test_split_runs_in_process(tmp_path, tiny_model_dir, task, schedule):
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
+
     labels = {"labels": "all"} if (task, schedule) == ("classification", "sequential") else {}
     cfg = config_from_dict(_split_config(tmp_path, tiny_model_dir, task, schedule, **labels))
     summary = run_in_process(cfg, make_split_run_dir(cfg, str(tmp_path / "run")), echo=lambda _: None)
@@ -261,18 +314,21 @@ def test_split_runs_in_process(tmp_path, tiny_model_dir, task, schedule):
 def _mpirun_matches_in_process(tmp_path: Path, tiny_model_dir: str, task: str, schedule: str) -> None:
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
     from fedml_fes_plugins.runtimes.split_mpi import run_split_mpirun
+
     raw = _split_config(tmp_path, tiny_model_dir, task, schedule)
     cf = write_config(tmp_path / "split.yaml", raw)
     cfg = config_from_dict(raw)
     local = run_in_process(cfg, make_split_run_dir(cfg, str(tmp_path / "local")), echo=lambda _: None)
     lines: list[str] = []
-    remote = run_split_mpirun(cfg, str(cf), 3, make_split_run_dir(cfg, str(tmp_path / "mpi")), None, [],
-                              echo=lines.append, timeout_s=240)
+    remote = run_split_mpirun(
+        cfg, str(cf), 3, make_split_run_dir(cfg, str(tmp_path / "mpi")), None, [], echo=lines.append, timeout_s=240
+    )
     assert remote["status"] == "completed" and any(line.startswith("round   1") for line in lines)
     assert remote["traffic_bytes"] == local["traffic_bytes"]
     assert remote["traffic_messages"] == local["traffic_messages"]
     rows = [(tmp_path / d / "metrics.csv").read_text().splitlines() for d in ("local", "mpi")]
     import csv
+
     local_rows, mpi_rows = (list(csv.DictReader(r)) for r in rows)
     metric = local["primary_metric"]
     for a, b in zip(local_rows, mpi_rows, strict=True):

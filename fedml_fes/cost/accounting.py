@@ -18,6 +18,7 @@ work in parallel, so the slowest sets the pace. Energy adds over every task of t
 
 Rejected updates still cost their device time, energy and bytes, and count here.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,10 +51,20 @@ class TaskRecord:
         def num(key: str) -> float:
             value = row.get(key, "")
             return float(value) if value not in ("", None) else 0.0
-        return TaskRecord(int(num("round")), str(row.get("phase", "")), int(num("client_id")),
-                          num("fwd_flops") + num("bwd_flops") + num("filter_flops"), num("encoder_calls"),
-                          num("bytes_down"), num("bytes_up"), num("compute_s"), num("peak_train_bytes"),
-                          num("cpu_s"), num("update_bytes"))
+
+        return TaskRecord(
+            int(num("round")),
+            str(row.get("phase", "")),
+            int(num("client_id")),
+            num("fwd_flops") + num("bwd_flops") + num("filter_flops"),
+            num("encoder_calls"),
+            num("bytes_down"),
+            num("bytes_up"),
+            num("compute_s"),
+            num("peak_train_bytes"),
+            num("cpu_s"),
+            num("update_bytes"),
+        )
 
 
 @dataclass(frozen=True)
@@ -73,8 +84,10 @@ class RoundCost:
 
 def task_seconds(task: TaskRecord, profile: DeviceProfile, network: Network) -> tuple[float, float]:
     """(compute, transfer) seconds of one task."""
-    return (profile.compute_seconds(task.flops, task.calls, task.update_bytes),
-            network.transfer_seconds(task.bytes_down, task.bytes_up))
+    return (
+        profile.compute_seconds(task.flops, task.calls, task.update_bytes),
+        network.transfer_seconds(task.bytes_down, task.bytes_up),
+    )
 
 
 def round_costs(tasks: Iterable[TaskRecord], profile: DeviceProfile, network: Network) -> list[RoundCost]:
@@ -128,5 +141,6 @@ def totals_up_to(costs: list[RoundCost], round_idx: int | None) -> UpTo | None:
     if round_idx is None:
         return None
     kept = [c for c in costs if c.round <= round_idx]
-    return UpTo(round_idx, sum(c.time_s for c in kept) / 3600.0, sum(c.bytes for c in kept),
-                sum(c.energy_j for c in kept))
+    return UpTo(
+        round_idx, sum(c.time_s for c in kept) / 3600.0, sum(c.bytes for c in kept), sum(c.energy_j for c in kept)
+    )

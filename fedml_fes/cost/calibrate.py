@@ -13,6 +13,7 @@ repeats after a warm-up: this machine is shared, and wall time under other load 
 neighbours as much as the model. With one torch thread, CPU time is the time one dedicated
 core would take. On CUDA it is wall time around synchronized kernels.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,9 @@ class Timing:
     seconds: float
 
 
-def _batch(model: nn.Module, batch: int, width: int, vocab: int, gen: torch.Generator,
-           device: torch.device) -> dict[str, torch.Tensor]:
+def _batch(
+    model: nn.Module, batch: int, width: int, vocab: int, gen: torch.Generator, device: torch.device
+) -> dict[str, torch.Tensor]:
     ids = torch.randint(1000, max(vocab, 1001), (batch, width), generator=gen)
     out = {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
     if hasattr(model, "verbalizer_ids"):  # PromptMLM scores the mask position
@@ -72,9 +74,16 @@ def _biases_only(model: nn.Module) -> Iterator[None]:
             p.requires_grad_(before[n])
 
 
-def time_batches(model: nn.Module, vocab: int, device: torch.device, repeats: int = 3,
-                 train_shapes=TRAIN_SHAPES, infer_shapes=INFER_SHAPES, bias_shapes=BIAS_SHAPES,
-                 seed: int = 0) -> list[Timing]:
+def time_batches(
+    model: nn.Module,
+    vocab: int,
+    device: torch.device,
+    repeats: int = 3,
+    train_shapes=TRAIN_SHAPES,
+    infer_shapes=INFER_SHAPES,
+    bias_shapes=BIAS_SHAPES,
+    seed: int = 0,
+) -> list[Timing]:
     """Fastest time of training steps (AdamW, as clients run them) and inference batches."""
     out: list[Timing] = []
     for kind, shapes in (("train", train_shapes), ("train_bias", bias_shapes), ("infer", infer_shapes)):
@@ -83,8 +92,9 @@ def time_batches(model: nn.Module, vocab: int, device: torch.device, repeats: in
     return out
 
 
-def _time_kind(model: nn.Module, kind: str, shapes, vocab: int, device: torch.device, repeats: int,
-               gen: torch.Generator) -> list[Timing]:
+def _time_kind(
+    model: nn.Module, kind: str, shapes, vocab: int, device: torch.device, repeats: int, gen: torch.Generator
+) -> list[Timing]:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     out: list[Timing] = []
     for b, w in shapes:
@@ -111,8 +121,17 @@ def _time_kind(model: nn.Module, kind: str, shapes, vocab: int, device: torch.de
                 seconds.append(elapsed)
                 meter = m
         mm = meter.metrics()
-        out.append(Timing(kind, b, w, mm["cost_fwd_flops"] + mm["cost_bwd_flops"], mm["cost_encoder_calls"],
-                          mm["cost_update_bytes"], min(seconds)))
+        out.append(
+            Timing(
+                kind,
+                b,
+                w,
+                mm["cost_fwd_flops"] + mm["cost_bwd_flops"],
+                mm["cost_encoder_calls"],
+                mm["cost_update_bytes"],
+                min(seconds),
+            )
+        )
     return out
 
 
@@ -133,35 +152,48 @@ def fit(timings: list[Timing]) -> HostFit:
     if len(timings) < 3:
         raise FesError("calibration needs at least three timed batches")
     t = np.array([x.seconds for x in timings])
-    a = np.stack([[x.flops for x in timings], [x.calls for x in timings], [x.update_bytes for x in timings]],
-                 axis=1) / t[:, None]
+    a = (
+        np.stack([[x.flops for x in timings], [x.calls for x in timings], [x.update_bytes for x in timings]], axis=1)
+        / t[:, None]
+    )
     scale = np.maximum(a.max(axis=0), 1e-30)  # conditioning: columns differ by ~10 orders of magnitude
     from scipy.optimize import nnls
+
     coef, _ = nnls(a / scale, np.ones_like(t))
     coef = coef / scale
     inv_r, overhead, inv_m = (float(c) for c in coef)
     if inv_r <= 0:
         raise FesError("calibration could not fit a throughput (timings do not grow with FLOPs)")
     err = np.abs(a @ coef - 1.0) * 100
-    return HostFit(1.0 / inv_r, overhead, 1.0 / inv_m if inv_m > 0 else math.inf, float(np.median(err)),
-                   float(err.max()))
+    return HostFit(
+        1.0 / inv_r, overhead, 1.0 / inv_m if inv_m > 0 else math.inf, float(np.median(err)), float(err.max())
+    )
 
 
-def host_profile(fit_: HostFit, timings: list[Timing], compute_power_w: float, radio_power_w: float,
-                 memory_bytes: float, note: str) -> dict:
+def host_profile(
+    fit_: HostFit, timings: list[Timing], compute_power_w: float, radio_power_w: float, memory_bytes: float, note: str
+) -> dict:
     """The YAML mapping of this host's calibrated profile, with where each number comes from."""
     cpu = platform.processor() or platform.machine()
     return {
-        "name": "host", "label": f"this host ({cpu}, {_threads()})",
+        "name": "host",
+        "label": f"this host ({cpu}, {_threads()})",
         "throughput": {"flops_per_s": float(f"{fit_.flops_per_s:.4g}")},
         "call_overhead_s": float(f"{fit_.call_overhead_s:.4g}"),
-        **({"memory_bandwidth_Bps": float(f"{fit_.memory_bandwidth_Bps:.4g}")}
-           if math.isfinite(fit_.memory_bandwidth_Bps) else {}),
-        "compute_power_w": compute_power_w, "radio_power_w": radio_power_w, "memory_bytes": memory_bytes,
+        **(
+            {"memory_bandwidth_Bps": float(f"{fit_.memory_bandwidth_Bps:.4g}")}
+            if math.isfinite(fit_.memory_bandwidth_Bps)
+            else {}
+        ),
+        "compute_power_w": compute_power_w,
+        "radio_power_w": radio_power_w,
+        "memory_bytes": memory_bytes,
         "sources": {
-            "flops_per_s": (f"measured: least-squares fit over {len(timings)} timed batches of the benchmark's "
-                            f"model ({note}); fit error median {fit_.median_abs_pct_error:.1f}%, "
-                            f"max {fit_.max_abs_pct_error:.1f}%"),
+            "flops_per_s": (
+                f"measured: least-squares fit over {len(timings)} timed batches of the benchmark's "
+                f"model ({note}); fit error median {fit_.median_abs_pct_error:.1f}%, "
+                f"max {fit_.max_abs_pct_error:.1f}%"
+            ),
             "call_overhead_s": "measured: same fit (per encoder call)",
             "memory_bandwidth_Bps": "measured: same fit (gradient writes + AdamW steps, per byte moved)",
             "compute_power_w": "assumption carried from run_configs/devices/host.yaml (no power meter in this VM)",

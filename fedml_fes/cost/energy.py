@@ -2,6 +2,7 @@
 
 Idle waiting for the slowest client is not charged (a phone that has finished sleeps).
 """
+
 from __future__ import annotations
 
 from .profiles import DeviceProfile

@@ -25,6 +25,7 @@ as in a bias-only layer. When the lowest trainable tensor of the lowest layer si
 Q/K/V projections (an adapter at the FFN output), autograd stops there: the activation
 gradients below it in that layer are not computed (`lowest_layer_unused`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ def forward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, layers: 
     return layers * (layer_linear_flops(shape, tokens) + 4.0 * sq_tokens * shape.hidden)
 
 
-def backward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, grad_layers: int,
-                   weight_layers: int, input_grad: bool) -> float:
+def backward_flops(
+    shape: EncoderShape, tokens: float, sq_tokens: float, grad_layers: int, weight_layers: int, input_grad: bool
+) -> float:
     """Backward of a pass whose top `grad_layers` layers get activation gradients.
 
     `weight_layers` of them train their matrices; `input_grad`: the gradient also flows
@@ -164,8 +166,7 @@ class PassFlops:
         return self.forward + self.backward
 
 
-def training_batch_flops(shape: EncoderShape, batch: int, seq_len: int, tuning: str,
-                         num_classes: int = 0) -> PassFlops:
+def training_batch_flops(shape: EncoderShape, batch: int, seq_len: int, tuning: str, num_classes: int = 0) -> PassFlops:
     """One padded training batch of a whole model tuned `full` or `bias` (BitFit).
 
     Turns a published per-batch time into a device throughput (device profiles); runs
@@ -182,5 +183,6 @@ def training_batch_flops(shape: EncoderShape, batch: int, seq_len: int, tuning: 
 
 
 def inference_batch_flops(shape: EncoderShape, batch: int, seq_len: int, num_classes: int = 0) -> float:
-    return forward_flops(shape, batch * seq_len, batch * seq_len * seq_len, shape.layers) + \
-        head_flops(shape.hidden, num_classes, batch)
+    return forward_flops(shape, batch * seq_len, batch * seq_len * seq_len, shape.layers) + head_flops(
+        shape.hidden, num_classes, batch
+    )

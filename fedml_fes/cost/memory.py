@@ -23,6 +23,7 @@ transient workspaces inside one kernel, the Python process, the input batch, the
 itself (kept in the client's folder, read a batch at a time). On CUDA,
 `torch.cuda.max_memory_allocated` is recorded too.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -10,6 +10,7 @@ are: their own small matrices' forward and gradients, the frozen base matrices b
 paying activation gradients only (see `flops`).
 Memory is measured alongside (see `memory`). Hooks read, never change, tensors.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from .flops import (ATTENTION_OUTPUT, FFN_IN, FFN_OUT, QKV, EncoderShape, LoraShape, backward_flops,
-                    forward_flops, head_flops, lora_backward_flops, lora_forward_flops, lowest_layer_unused)
+from .flops import (
+    ATTENTION_OUTPUT,
+    FFN_IN,
+    FFN_OUT,
+    QKV,
+    EncoderShape,
+    LoraShape,
+    backward_flops,
+    forward_flops,
+    head_flops,
+    lora_backward_flops,
+    lora_forward_flops,
+    lowest_layer_unused,
+)
 from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, ParameterReads, SavedTensorMeter, parameter_bytes
 
 
@@ -80,8 +93,16 @@ def _lora_modules(layer: nn.Module) -> tuple[list[LoraShape], set[int]]:
         for key in getattr(m, "active_adapters", list(a.keys())):
             if key in a and key in b:
                 wa, wb = a[key].weight, b[key].weight  # (r, in), (out, r)
-                found.append(LoraShape(int(wa.shape[1]), int(wa.shape[0]), int(wb.shape[0]), _stage(name),
-                                       wa.requires_grad, wb.requires_grad))
+                found.append(
+                    LoraShape(
+                        int(wa.shape[1]),
+                        int(wa.shape[0]),
+                        int(wb.shape[0]),
+                        _stage(name),
+                        wa.requires_grad,
+                        wb.requires_grad,
+                    )
+                )
     return found, ids
 
 
@@ -210,8 +231,9 @@ class TaskMeter:
             self.bwd += backward_flops(self.shape, t, sq, grad_layers, info.weight_layers, input_grad)
             if info.lora:
                 first = -1 if input_grad else info.first_stage
-                self.bwd += lora_backward_flops(t, info.lora[n - grad_layers:], first) - \
-                    lowest_layer_unused(self.shape, t, sq, first)
+                self.bwd += lora_backward_flops(t, info.lora[n - grad_layers :], first) - lowest_layer_unused(
+                    self.shape, t, sq, first
+                )
 
     # ---- context ----------------------------------------------------------------------------
     def __enter__(self) -> "TaskMeter":
@@ -263,15 +285,22 @@ class TaskMeter:
         step_peak = resident + grads + optimizer + activations if measured else 0
         peak = max(step_peak, fill_peak) if measured else 0
         return {
-            "cost_fwd_flops": float(self.fwd), "cost_bwd_flops": float(self.bwd),
-            "cost_steps": float(self.steps), "cost_examples": float(self.examples),
+            "cost_fwd_flops": float(self.fwd),
+            "cost_bwd_flops": float(self.bwd),
+            "cost_steps": float(self.steps),
+            "cost_examples": float(self.examples),
             "cost_update_bytes": float(UPDATE_PASSES * self.trainable_bytes * self.updates),
-            "cost_encoder_calls": float(self.encoder_calls), "cost_tokens": float(self.tokens),
+            "cost_encoder_calls": float(self.encoder_calls),
+            "cost_tokens": float(self.tokens),
             "cost_bottom_tokens": float(self.bottom_tokens),
-            "cost_param_bytes": float(self.param_bytes), "cost_trainable_bytes": float(self.trainable_bytes),
+            "cost_param_bytes": float(self.param_bytes),
+            "cost_trainable_bytes": float(self.trainable_bytes),
             "cost_resident_param_bytes": float(resident if measured else 0),
             "cost_fill_peak_bytes": float(fill_peak if measured else 0),
-            "cost_activation_peak_bytes": float(activations), "cost_grad_bytes": float(grads),
-            "cost_optimizer_bytes": float(optimizer), "cost_peak_train_bytes": float(peak),
-            "cost_cuda_peak_bytes": float(self.cuda_peak), "cost_cpu_s": float(self.cpu_s),
+            "cost_activation_peak_bytes": float(activations),
+            "cost_grad_bytes": float(grads),
+            "cost_optimizer_bytes": float(optimizer),
+            "cost_peak_train_bytes": float(peak),
+            "cost_cuda_peak_bytes": float(self.cuda_peak),
+            "cost_cpu_s": float(self.cpu_s),
         }

@@ -3,6 +3,7 @@
 Transfer time of a client in one phase = bytes down / downlink + bytes up / uplink. The
 paper's default is a slow 1 MB/s link both ways; its sweep runs from 0.1 to 10 MB/s.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -27,6 +27,7 @@ A profile is a YAML file (run_configs/devices/<name>.yaml, or any path):
 Emulated compute time of a task = FLOPs / flops_per_s + encoder calls x call_overhead_s
 + update bytes / memory_bandwidth_Bps (see `memory.UPDATE_PASSES`).
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,10 @@ def profile_path(name: str, extra: str | os.PathLike | None = None) -> Path:
         candidate = d / f"{name}.yaml"
         if candidate.is_file():
             return candidate
-    raise FesError(f"unknown device profile '{name}' (known: {', '.join(known_profiles(extra)) or 'none'}; "
-                   f"searched {', '.join(str(d) for d in search_dirs(extra))})")
+    raise FesError(
+        f"unknown device profile '{name}' (known: {', '.join(known_profiles(extra)) or 'none'}; "
+        f"searched {', '.join(str(d) for d in search_dirs(extra))})"
+    )
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, minimum: float = 0.0, strict: bool = True) -> float:
@@ -106,8 +109,9 @@ def _number(raw: Mapping[str, Any], key: str, where: str, minimum: float = 0.0, 
     return x
 
 
-def _throughput(raw: Mapping[str, Any], where: str, extra: str | None, seen: tuple[str, ...],
-                bandwidth: float) -> tuple[float, str]:
+def _throughput(
+    raw: Mapping[str, Any], where: str, extra: str | None, seen: tuple[str, ...], bandwidth: float
+) -> tuple[float, str]:
     if not isinstance(raw, Mapping):
         raise FesError(f"{where}: 'throughput' must be a mapping (flops_per_s, reference_batch or relative_to)")
     if "flops_per_s" in raw:
@@ -116,20 +120,27 @@ def _throughput(raw: Mapping[str, Any], where: str, extra: str | None, seen: tup
         ref = raw["reference_batch"]
         if not isinstance(ref, Mapping):
             raise FesError(f"{where}: 'reference_batch' must be a mapping")
-        shape = EncoderShape(int(_number(ref, "hidden", where)), int(_number(ref, "intermediate", where)),
-                             int(_number(ref, "layers", where)))
+        shape = EncoderShape(
+            int(_number(ref, "hidden", where)),
+            int(_number(ref, "intermediate", where)),
+            int(_number(ref, "layers", where)),
+        )
         tuning = str(ref.get("tuning", "full"))
-        flops = training_batch_flops(shape, int(_number(ref, "batch_size", where)), int(_number(ref, "seq_len", where)),
-                                     tuning).total
+        flops = training_batch_flops(
+            shape, int(_number(ref, "batch_size", where)), int(_number(ref, "seq_len", where)), tuning
+        ).total
         seconds = _number(ref, "seconds", where)
         everything, biases = encoder_parameters(shape, int(_number(ref, "vocab", where)))
         update_s = UPDATE_PASSES * 4 * (everything if tuning == "full" else biases) / bandwidth
         if update_s >= seconds:
-            raise FesError(f"{where}: the reference batch's optimizer update alone ({update_s:.3g} s at "
-                           f"memory_bandwidth_Bps) exceeds its {seconds:g} s")
+            raise FesError(
+                f"{where}: the reference batch's optimizer update alone ({update_s:.3g} s at "
+                f"memory_bandwidth_Bps) exceeds its {seconds:g} s"
+            )
         return flops / (seconds - update_s), (
             f"{flops:.3g} FLOP per training batch ({tuning}, batch {ref['batch_size']}, length {ref['seq_len']}, "
-            f"{shape.layers} layers x {shape.hidden}) / ({seconds:g} s - {update_s:.3g} s optimizer update)")
+            f"{shape.layers} layers x {shape.hidden}) / ({seconds:g} s - {update_s:.3g} s optimizer update)"
+        )
     if "relative_to" in raw:
         other = str(raw["relative_to"])
         if other in seen:
@@ -140,12 +151,23 @@ def _throughput(raw: Mapping[str, Any], where: str, extra: str | None, seen: tup
     raise FesError(f"{where}: 'throughput' needs flops_per_s, reference_batch or relative_to")
 
 
-def profile_from_dict(raw: Mapping[str, Any], where: str, extra: str | None = None,
-                      seen: tuple[str, ...] = ()) -> DeviceProfile:
+def profile_from_dict(
+    raw: Mapping[str, Any], where: str, extra: str | None = None, seen: tuple[str, ...] = ()
+) -> DeviceProfile:
     if not isinstance(raw, Mapping):
         raise FesError(f"{where}: a device profile must be a mapping")
-    known = {"name", "label", "throughput", "call_overhead_s", "memory_bandwidth_Bps", "compute_power_w",
-             "radio_power_w", "memory_bytes", "sources", "notes"}
+    known = {
+        "name",
+        "label",
+        "throughput",
+        "call_overhead_s",
+        "memory_bandwidth_Bps",
+        "compute_power_w",
+        "radio_power_w",
+        "memory_bytes",
+        "sources",
+        "notes",
+    }
     unknown = sorted(set(raw) - known)
     if unknown:
         raise FesError(f"{where}: unknown device profile key '{unknown[0]}' (known: {', '.join(sorted(known))})")
@@ -153,14 +175,20 @@ def profile_from_dict(raw: Mapping[str, Any], where: str, extra: str | None = No
     bandwidth = _number(raw, "memory_bandwidth_Bps", where) if "memory_bandwidth_Bps" in raw else math.inf
     flops, how = _throughput(raw.get("throughput"), where, extra, seen + (name,), bandwidth)
     return DeviceProfile(
-        name=name, label=str(raw.get("label", name)), flops_per_s=flops,
+        name=name,
+        label=str(raw.get("label", name)),
+        flops_per_s=flops,
         compute_power_w=_number(raw, "compute_power_w", where),
         radio_power_w=_number(raw, "radio_power_w", where, strict=False),
-        call_overhead_s=_number({"call_overhead_s": raw.get("call_overhead_s", 0.0)}, "call_overhead_s", where,
-                                strict=False),
+        call_overhead_s=_number(
+            {"call_overhead_s": raw.get("call_overhead_s", 0.0)}, "call_overhead_s", where, strict=False
+        ),
         memory_bandwidth_Bps=bandwidth,
         memory_bytes=float(raw.get("memory_bytes", 0.0) or 0.0),
-        sources=dict(raw.get("sources") or {}), derivation=how, path=where)
+        sources=dict(raw.get("sources") or {}),
+        derivation=how,
+        path=where,
+    )
 
 
 def load_profile(name: str, extra: str | os.PathLike | None = None, seen: tuple[str, ...] = ()) -> DeviceProfile:

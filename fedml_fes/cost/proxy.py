@@ -6,6 +6,7 @@ costed like any other forward pass: the proxy's own geometry and tokenizer, its 
 length, batches of 64 texts sorted by length (sentence-transformers' encode) padded to
 their longest member.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ def _proxy(name: str):
     from transformers import AutoConfig, AutoTokenizer
 
     from ..models import resolve_model_path
+
     path = resolve_model_path(name)
     tok = AutoTokenizer.from_pretrained(path)
     max_len = min(int(getattr(tok, "model_max_length", 512) or 512), 512)
@@ -44,7 +46,7 @@ def proxy_embedding_flops(name: str, texts: Sequence[str], cap: int | None = Non
     lengths = sorted(len(ids) for ids in tok(list(texts), truncation=True, max_length=max_len)["input_ids"])
     total = 0.0
     for start in range(0, len(lengths), ENCODE_BATCH):
-        chunk = lengths[start:start + ENCODE_BATCH]
+        chunk = lengths[start : start + ENCODE_BATCH]
         width = max(chunk)
         total += forward_flops(shape, len(chunk) * width, len(chunk) * width * width, shape.layers)
     return total

@@ -4,6 +4,7 @@ Device names are checked where profiles are loaded (the bench and the report), n
 run config is read: a run only records device-independent work, and must start on machines
 that carry no profile files.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,13 +4,14 @@ Offline data often arrives inside a package's source archive (SNLI in NLI-lr-mod
 or an official zip (snli_1.0.zip). Reading the member in place caches nothing outside the
 directories the user named.
 """
+
 from __future__ import annotations
 
 import gzip
 import io
 import tarfile
-import zlib
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO, Iterator

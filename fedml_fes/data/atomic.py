@@ -3,6 +3,7 @@
 An interrupted export (Ctrl-C, a full disk, a bad row found late) leaves the previous file
 or no file at all, never a truncated h5/CSV/PNG that a later run would trust.
 """
+
 from __future__ import annotations
 
 import os

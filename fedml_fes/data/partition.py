@@ -3,6 +3,7 @@
 All functions take an explicit `numpy.random.Generator`, so the same seed gives the same
 partition in every process (in-process, each mpirun rank, each cross-silo client).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,9 @@ def uniform_partition(num_examples: int, num_clients: int, rng: np.random.Genera
     return [np.sort(s) for s in np.array_split(perm, num_clients)]
 
 
-def dirichlet_label_partition(labels: np.ndarray, num_clients: int, alpha: float,
-                              rng: np.random.Generator, max_tries: int = 100) -> list[np.ndarray]:
+def dirichlet_label_partition(
+    labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator, max_tries: int = 100
+) -> list[np.ndarray]:
     """FedNLP's `niid_label`: per class, split its examples over clients by Dir(alpha).
 
     Resamples until every client holds at least one example (small alpha on few examples
@@ -41,12 +43,15 @@ def dirichlet_label_partition(labels: np.ndarray, num_clients: int, alpha: float
         parts = [np.sort(np.concatenate(s)) for s in shards]
         if min(len(p) for p in parts) > 0:
             return parts
-    raise FesError(f"data_args.partition_alpha={alpha} leaves some of {num_clients} clients empty after "
-                   f"{max_tries} draws: raise alpha or lower client_num_in_total")
+    raise FesError(
+        f"data_args.partition_alpha={alpha} leaves some of {num_clients} clients empty after "
+        f"{max_tries} draws: raise alpha or lower client_num_in_total"
+    )
 
 
-def assign_gold_labels(client_indices: list[np.ndarray], total: int, owners: int, sparsity: float,
-                       rng: np.random.Generator) -> list[np.ndarray]:
+def assign_gold_labels(
+    client_indices: list[np.ndarray], total: int, owners: int, sparsity: float, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Pick which examples carry gold labels (AUG-FedPrompt/FeS's generator).
 
     `total` labels (n) go to `owners` (xi) randomly chosen clients in proportions drawn from
@@ -66,8 +71,10 @@ def assign_gold_labels(client_indices: list[np.ndarray], total: int, owners: int
     owner_ids = np.sort(rng.choice(num_clients, size=owners, replace=False))
     capacity = np.array([len(client_indices[c]) for c in owner_ids])
     if total > capacity.sum():
-        raise FesError(f"data_args.gold_labels={total} but the {owners} gold clients (data_args.gold_clients) "
-                       f"hold only {capacity.sum()} examples: raise gold_clients")
+        raise FesError(
+            f"data_args.gold_labels={total} but the {owners} gold clients (data_args.gold_clients) "
+            f"hold only {capacity.sum()} examples: raise gold_clients"
+        )
     props = rng.dirichlet(np.full(owners, sparsity))
     counts = np.floor(props * total).astype(int)
     for i in np.argsort(-props)[: total - counts.sum()]:  # largest remainders first
@@ -87,8 +94,7 @@ def assign_gold_labels(client_indices: list[np.ndarray], total: int, owners: int
     return gold
 
 
-def quantity_partition(num_examples: int, num_clients: int, beta: float,
-                       rng: np.random.Generator) -> list[np.ndarray]:
+def quantity_partition(num_examples: int, num_clients: int, beta: float, rng: np.random.Generator) -> list[np.ndarray]:
     """FedNLP's `niid_quantity`: client sizes ~ Dir(beta), labels left iid.
 
     Every client first gets one example, the rest is cut by Dirichlet proportions (largest
@@ -115,8 +121,9 @@ def split_evenly(num_examples: int, num_clients: int, rng: np.random.Generator) 
     return [np.sort(s) for s in np.array_split(perm, num_clients)]
 
 
-def partition_clients(method: str, labels: np.ndarray, num_clients: int, alpha: float, beta: float,
-                      rng: np.random.Generator) -> list[np.ndarray]:
+def partition_clients(
+    method: str, labels: np.ndarray, num_clients: int, alpha: float, beta: float, rng: np.random.Generator
+) -> list[np.ndarray]:
     """Dispatch on `data_args.partition_method`: each client's sorted example indices."""
     if method == "uniform":
         return uniform_partition(len(labels), num_clients, rng)
@@ -124,5 +131,7 @@ def partition_clients(method: str, labels: np.ndarray, num_clients: int, alpha: 
         return dirichlet_label_partition(labels, num_clients, alpha, rng)
     if method == "niid_quantity":
         return quantity_partition(len(labels), num_clients, beta, rng)
-    raise FesError(f"data_args.partition_method '{method}' cannot be drawn (known: uniform, niid_label, "
-                   f"niid_quantity; fednlp_h5 is read from a file)")
+    raise FesError(
+        f"data_args.partition_method '{method}' cannot be drawn (known: uniform, niid_label, "
+        f"niid_quantity; fednlp_h5 is read from a file)"
+    )

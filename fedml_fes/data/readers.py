@@ -3,6 +3,7 @@
 Each reader returns a `LabeledTexts`: texts, integer labels 0..C-1 and class names. Errors
 name the file and row, so a malformed download is one readable line, not a traceback.
 """
+
 from __future__ import annotations
 
 import csv
@@ -55,9 +56,18 @@ class LabeledTexts:
 AGNEWS_CLASSES = ("World", "Sports", "Business", "Sci/Tech")
 # Yelp Review Full ships no classes.txt: its classes are the star ratings 1..5.
 YELP_FULL_CLASSES = ("1 star", "2 stars", "3 stars", "4 stars", "5 stars")
-YAHOO_CLASSES = ("Society & Culture", "Science & Mathematics", "Health", "Education & Reference",
-                 "Computers & Internet", "Sports", "Business & Finance", "Entertainment & Music",
-                 "Family & Relationships", "Politics & Government")
+YAHOO_CLASSES = (
+    "Society & Culture",
+    "Science & Mathematics",
+    "Health",
+    "Education & Reference",
+    "Computers & Internet",
+    "Sports",
+    "Business & Finance",
+    "Entertainment & Music",
+    "Family & Relationships",
+    "Politics & Government",
+)
 
 
 def _unescape_zhang(field: str) -> str:
@@ -76,8 +86,10 @@ def read_zhang_csv(path: Path, num_classes: int, text_columns: int) -> tuple[lis
         with path.open(newline="", encoding="utf-8") as f:
             for row_no, row in enumerate(csv.reader(f), start=1):
                 if len(row) != 1 + text_columns:
-                    raise FesError(f"{path} row {row_no}: expected {1 + text_columns} columns "
-                                   f"(class index, {text_columns} text fields), got {len(row)}")
+                    raise FesError(
+                        f"{path} row {row_no}: expected {1 + text_columns} columns "
+                        f"(class index, {text_columns} text fields), got {len(row)}"
+                    )
                 try:
                     label = int(row[0])
                 except ValueError:
@@ -111,8 +123,9 @@ def read_class_names(path: Path, expected: int, default: tuple[str, ...]) -> tup
     return names
 
 
-def read_zhang_dataset(data_dir: str | Path, split: str, title: str, classes: tuple[str, ...],
-                       text_columns: int) -> LabeledTexts:
+def read_zhang_dataset(
+    data_dir: str | Path, split: str, title: str, classes: tuple[str, ...], text_columns: int
+) -> LabeledTexts:
     """One split of a Zhang et al. download: `<split>.csv` plus an optional `classes.txt`."""
     d = Path(data_dir)
     if not d.is_dir():

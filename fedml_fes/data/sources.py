@@ -5,6 +5,7 @@ FedNLP h5, a user's test_file, an HF test split). The others (BBC News, TREC, mo
 single file) get a seeded stratified `test_fraction` split with seed 0: the split is a
 property of the dataset, not of the run, so every seed is scored on the same test set.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +14,7 @@ from typing import Callable
 from ..config import FesConfig
 from ..errors import FesError
 from .custom import ColumnMapping, read_custom
-from .readers import (LabeledTexts, read_agnews, read_bbc_news, read_yahoo_answers, read_yelp_full,
-                      stratified_split)
+from .readers import LabeledTexts, read_agnews, read_bbc_news, read_yahoo_answers, read_yelp_full, stratified_split
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ def _official(reader: Callable[[str, str], LabeledTexts], what: str) -> Callable
     def load(cfg: FesConfig) -> Splits:
         d = _needs_dir(cfg, what)
         return Splits(reader(d, "train"), reader(d, "test"))
+
     return load
 
 
@@ -51,22 +52,26 @@ def _bbc(cfg: FesConfig) -> Splits:
 
 def _trec(cfg: FesConfig) -> Splits:
     from .packaged import read_trec
+
     return _split_once(read_trec(), cfg.data.test_fraction)
 
 
 def _movie_sentiment(cfg: FesConfig) -> Splits:
     from .packaged import read_movie_sentiment
+
     return _split_once(read_movie_sentiment(), cfg.data.test_fraction)
 
 
 def _mnli(cfg: FesConfig) -> Splits:
     from .nli import read_mnli
+
     d = _needs_dir(cfg, "MNLI (GLUE MNLI/: train.tsv, dev_matched.tsv)")
     return Splits(read_mnli(d, "train"), read_mnli(d, "test"))
 
 
 def _snli(cfg: FesConfig) -> Splits:
     from .nli import read_snli
+
     return Splits(read_snli(cfg.data.data_dir, "train"), read_snli(cfg.data.data_dir, "test"))
 
 
@@ -78,15 +83,22 @@ def _custom(cfg: FesConfig) -> Splits:
 
 def _hf(cfg: FesConfig) -> Splits:
     from .hf import read_hf
+
     d = cfg.data
     mapping = ColumnMapping.from_config(d, default_text=("text",), default_label="label")
-    train, test = read_hf(d.hf_dataset, d.hf_config, (d.hf_train_split, d.hf_test_split), mapping,
-                          cfg.resolved_cache_dir() / "hf_datasets")
+    train, test = read_hf(
+        d.hf_dataset,
+        d.hf_config,
+        (d.hf_train_split, d.hf_test_split),
+        mapping,
+        cfg.resolved_cache_dir() / "hf_datasets",
+    )
     return Splits(train, test) if test is not None else _split_once(train, d.test_fraction)
 
 
 def _fednlp(cfg: FesConfig) -> Splits:
     from .fednlp_h5 import read_fednlp_data
+
     data = read_fednlp_data(cfg.data.fednlp_data_file)
     return Splits(data.train, data.test, data.train_ids, data.test_ids)
 
@@ -106,8 +118,9 @@ SOURCES: dict[str, Callable[[FesConfig], Splits]] = {
 }
 
 
-def _subsample(split: LabeledTexts, ids: tuple[int, ...] | None, limit: int,
-               seed: int) -> tuple[LabeledTexts, tuple[int, ...] | None]:
+def _subsample(
+    split: LabeledTexts, ids: tuple[int, ...] | None, limit: int, seed: int
+) -> tuple[LabeledTexts, tuple[int, ...] | None]:
     if limit <= 0 or limit >= len(split):
         return split, ids
     _, picked = stratified_split(split, limit / len(split), seed)

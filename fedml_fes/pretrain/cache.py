@@ -4,6 +4,7 @@ The key covers everything that changes the result: base model, data and partitio
 and MLM settings, sequence length and seed. A build is written to a temporary folder and
 renamed into place, so an interrupted build never leaves a half-written cache entry.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,11 @@ RECIPE = 2
 def _changed(section: Any) -> dict[str, Any]:
     """The fields that differ from their defaults: a key that survives new config keys."""
     default = type(section)()
-    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
-            if getattr(section, f.name) != getattr(default, f.name)}
+    return {
+        f.name: getattr(section, f.name)
+        for f in dataclasses.fields(section)
+        if getattr(section, f.name) != getattr(default, f.name)
+    }
 
 
 def mlm_cache_key(cfg: FesConfig) -> str:
@@ -54,8 +58,9 @@ def load_cached_info(cfg: FesConfig) -> dict[str, Any] | None:
     return json.loads(info.read_text()) if info.is_file() else None
 
 
-def save_mlm(model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", cfg: FesConfig,
-             info: dict[str, Any]) -> Path:
+def save_mlm(
+    model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", cfg: FesConfig, info: dict[str, Any]
+) -> Path:
     from ..models import quiet_transformers  # no "Writing model shards" bar inside our own output
 
     final = mlm_cache_path(cfg)

@@ -9,6 +9,7 @@ a client tokenizes its text once, batches hold sentences of similar length (litt
 padding), AdamW is the fused kernel, and the learning rate follows one schedule over the
 whole build (warm-up, then decay), each client task picking it up at its global step.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,7 +26,6 @@ from ..config import LR_SCHEDULES
 from ..errors import FesError
 from ..models import mlm_head
 from ..prompt.classifier import encode
-
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -73,7 +73,7 @@ def length_grouped_batch(order: np.ndarray, batch_size: int, generator: torch.Ge
     if n <= batch_size:
         return order[torch.randint(n, (batch_size,), generator=generator).numpy()].tolist()
     start = int(torch.randint(n - batch_size + 1, (1,), generator=generator))
-    return order[start:start + batch_size].tolist()
+    return order[start : start + batch_size].tolist()
 
 
 def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -81,13 +81,18 @@ def pad_batch(ids: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tens
     input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(ids), width), dtype=torch.long)
     for i, x in enumerate(ids):
-        input_ids[i, :len(x)] = torch.as_tensor(x, dtype=torch.long)
-        attention[i, :len(x)] = 1
+        input_ids[i, : len(x)] = torch.as_tensor(x, dtype=torch.long)
+        attention[i, : len(x)] = 1
     return {"input_ids": input_ids, "attention_mask": attention}
 
 
-def mask_tokens(input_ids: torch.Tensor, special: torch.Tensor, tokenizer: PreTrainedTokenizerBase,
-                prob: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_tokens(
+    input_ids: torch.Tensor,
+    special: torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
+    prob: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's 80/10/10 masking. Returns (masked inputs, bool mask of positions to predict)."""
     chosen = (torch.rand(input_ids.shape, generator=generator) < prob) & ~special
     if not chosen.any():  # guarantee at least one target per batch
@@ -111,8 +116,9 @@ def _special_mask(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizer
     return special | (batch["attention_mask"] == 0)
 
 
-def _masked_logits(model: PreTrainedModel, batch: dict[str, torch.Tensor], masked_ids: torch.Tensor,
-                   targets: torch.Tensor) -> torch.Tensor:
+def _masked_logits(
+    model: PreTrainedModel, batch: dict[str, torch.Tensor], masked_ids: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     hidden = model.base_model(input_ids=masked_ids, attention_mask=batch["attention_mask"]).last_hidden_state
     return mlm_head(model)(hidden[targets])
 
@@ -121,13 +127,20 @@ def _head_transform(model: PreTrainedModel) -> nn.Module:
     """The MLM head up to the vocabulary projection (BERT: cls.predictions.transform)."""
     transform = getattr(getattr(getattr(model, "cls", None), "predictions", None), "transform", None)
     if not isinstance(transform, nn.Module):
-        raise FesError(f"mlm_args.train_vocab needs a BERT-style MLM head (cls.predictions.transform); "
-                       f"{type(model).__name__} has none: set train_vocab to 0")
+        raise FesError(
+            f"mlm_args.train_vocab needs a BERT-style MLM head (cls.predictions.transform); "
+            f"{type(model).__name__} has none: set train_vocab to 0"
+        )
     return transform
 
 
-def _candidate_loss(model: PreTrainedModel, batch: dict[str, torch.Tensor], masked_ids: torch.Tensor,
-                    targets: torch.Tensor, vocab: torch.Tensor) -> torch.Tensor:
+def _candidate_loss(
+    model: PreTrainedModel,
+    batch: dict[str, torch.Tensor],
+    masked_ids: torch.Tensor,
+    targets: torch.Tensor,
+    vocab: torch.Tensor,
+) -> torch.Tensor:
     """Cross-entropy over `vocab` (sorted ids) plus this batch's targets, not the whole vocabulary.
 
     The vocabulary projection is a third of a training step at a 0.45 mask rate; the few
@@ -151,13 +164,24 @@ def _adamw(params: list[nn.Parameter], lr: float, weight_decay: float, device: t
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
-def train_mlm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *,
-              steps: int, batch_size: int, lr: float, weight_decay: float, max_len: int, prob: float,
-              generator: torch.Generator, device: torch.device,
-              token_ids: Sequence[Sequence[int]] | None = None,
-              lr_at: Callable[[int], float] | None = None,
-              on_step: Callable[[], None] | None = None,
-              vocab: torch.Tensor | None = None) -> dict[str, float]:
+def train_mlm(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    max_len: int,
+    prob: float,
+    generator: torch.Generator,
+    device: torch.device,
+    token_ids: Sequence[Sequence[int]] | None = None,
+    lr_at: Callable[[int], float] | None = None,
+    on_step: Callable[[], None] | None = None,
+    vocab: torch.Tensor | None = None,
+) -> dict[str, float]:
     """`steps` optimizer steps on length-grouped random batches of the client's text.
 
     token_ids: the texts already tokenized (`tokenize_texts`), else they are tokenized here.
@@ -181,13 +205,13 @@ def train_mlm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts:
             group["lr"] = step_lr
         idx = length_grouped_batch(order, batch_size, generator)
         batch = pad_batch([token_ids[j] for j in idx], pad_id)
-        masked, targets = mask_tokens(batch["input_ids"], _special_mask(batch, tokenizer), tokenizer,
-                                      prob, generator)
+        masked, targets = mask_tokens(batch["input_ids"], _special_mask(batch, tokenizer), tokenizer, prob, generator)
         batch = {k: v.to(device) for k, v in batch.items()}
         masked, targets = masked.to(device), targets.to(device)
         if vocab is None:
-            loss = nn.functional.cross_entropy(_masked_logits(model, batch, masked, targets),
-                                               batch["input_ids"][targets])
+            loss = nn.functional.cross_entropy(
+                _masked_logits(model, batch, masked, targets), batch["input_ids"][targets]
+            )
         else:
             loss = _candidate_loss(model, batch, masked, targets, vocab)
         opt.zero_grad(set_to_none=True)
@@ -197,20 +221,32 @@ def train_mlm(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts:
         lrs.append(step_lr)
         if on_step is not None:
             on_step()
-    return {"train_loss": float(np.mean(losses)), "train_examples": float(steps * batch_size),
-            "lr_first": float(lrs[0]), "lr_last": float(lrs[-1])}
+    return {
+        "train_loss": float(np.mean(losses)),
+        "train_examples": float(steps * batch_size),
+        "lr_first": float(lrs[0]),
+        "lr_last": float(lrs[-1]),
+    }
 
 
 @torch.no_grad()
-def masked_token_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-                          *, batch_size: int, max_len: int, prob: float, seed: int,
-                          device: torch.device) -> float:
+def masked_token_accuracy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    batch_size: int,
+    max_len: int,
+    prob: float,
+    seed: int,
+    device: torch.device,
+) -> float:
     """Share of masked positions whose argmax is the original token (fixed masks per seed)."""
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     hits = total = 0
     for start in range(0, len(texts), batch_size):
-        batch = encode(tokenizer, texts[start:start + batch_size], max_len)
+        batch = encode(tokenizer, texts[start : start + batch_size], max_len)
         special = _special_mask(batch, tokenizer)
         targets = (torch.rand(batch["input_ids"].shape, generator=gen) < prob) & ~special
         masked = batch["input_ids"].clone()
@@ -233,6 +269,7 @@ def build_steps(cfg) -> tuple[int, int]:
 def check_mlm_settings(cfg) -> None:
     """mlm_args' values, one error line each (config validation runs the same checks)."""
     from ..config import validate_mlm
+
     validate_mlm(cfg.mlm)
 
 

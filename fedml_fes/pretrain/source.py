@@ -1,4 +1,5 @@
 """Where a prompt model's masked LM comes from: the model itself, or a cached FedBERT build."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,10 @@ def mlm_build_config(cfg: FesConfig) -> FesConfig | None:
         return None
     mlm_cfg = load_config(cfg.model.mlm_from)
     if mlm_cfg.train.method != "fedbert_mlm":
-        raise FesError(f"model_args.mlm_from {cfg.model.mlm_from} must be a fedbert_mlm config, "
-                       f"it has method {mlm_cfg.train.method}")
+        raise FesError(
+            f"model_args.mlm_from {cfg.model.mlm_from} must be a fedbert_mlm config, "
+            f"it has method {mlm_cfg.train.method}"
+        )
     if mlm_cfg.model.model != cfg.model.model:
         raise FesError(f"model_args.mlm_from builds on {mlm_cfg.model.model}, but this run uses {cfg.model.model}")
     if cfg.model.mlm_on_job_data:  # the recipe, on this job's clients (never its test labels: MLM reads text)
@@ -38,6 +41,8 @@ def resolve_mlm_path(cfg: FesConfig) -> str:
         return cfg.model.model
     info = load_cached_info(mlm_cfg)
     if info is None:
-        raise FesError(f"the MLM head from {cfg.model.mlm_from} is not built yet: run "
-                       f"`fedml-fes run --cf {cfg.model.mlm_from}` first")
+        raise FesError(
+            f"the MLM head from {cfg.model.mlm_from} is not built yet: run "
+            f"`fedml-fes run --cf {cfg.model.mlm_from}` first"
+        )
     return str(mlm_cache_path(mlm_cfg))  # not info["path"]: that may be relative to another cwd

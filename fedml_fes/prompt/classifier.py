@@ -4,6 +4,7 @@ An adapter turns texts into a batch and a batch into class logits; everything el
 epochs, hard or soft targets, batched prediction) is shared, so FedCLS, Pseudo-only,
 Prompt-only and FedFSL differ only in their adapter and data, not in their loops.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,12 +18,19 @@ from transformers import PreTrainedTokenizerBase
 from .model import PromptEncoder
 
 
-def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int,
-           texts_b: Sequence[str | None] | None = None) -> dict[str, torch.Tensor]:
+def encode(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int, texts_b: Sequence[str | None] | None = None
+) -> dict[str, torch.Tensor]:
     """Tokenize one batch (pairs when texts_b is given), padded to its longest member."""
     if texts_b is not None and any(texts_b):
-        return tokenizer(list(texts), [b or "" for b in texts_b], truncation=True, max_length=max_len,
-                         padding="longest", return_tensors="pt")
+        return tokenizer(
+            list(texts),
+            [b or "" for b in texts_b],
+            truncation=True,
+            max_length=max_len,
+            padding="longest",
+            return_tensors="pt",
+        )
     return tokenizer(list(texts), truncation=True, max_length=max_len, padding="longest", return_tensors="pt")
 
 
@@ -58,10 +66,21 @@ class PromptAdapter:
         return model(**batch)
 
 
-def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
-                   targets: np.ndarray, *, epochs: int, batch_size: int, lr: float, weight_decay: float,
-                   generator: torch.Generator, device: torch.device,
-                   autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> dict[str, float]:
+def train_examples(
+    model: nn.Module,
+    adapter: Adapter,
+    texts_a: Sequence[str],
+    texts_b: Sequence[str | None] | None,
+    targets: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    generator: torch.Generator,
+    device: torch.device,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard).
 
     `autocast` (precision.autocast_for) wraps each forward pass and loss; the backward pass
@@ -74,8 +93,8 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
     """
     if getattr(model, "caches_bottom", False):
         for start in range(0, len(texts_a), batch_size):
-            b = list(texts_b[start:start + batch_size]) if texts_b is not None else None
-            batch = adapter.batch(list(texts_a[start:start + batch_size]), b)
+            b = list(texts_b[start : start + batch_size]) if texts_b is not None else None
+            batch = adapter.batch(list(texts_a[start : start + batch_size]), b)
             with autocast():
                 model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
     model.train()
@@ -86,7 +105,7 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
     for _ in range(epochs):
         order = torch.randperm(len(texts_a), generator=generator).tolist()
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             b = [texts_b[i] for i in idx] if texts_b is not None else None
             batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
             with autocast():
@@ -96,20 +115,29 @@ def train_examples(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], t
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
-    return {"train_loss": float(np.mean(losses)) if losses else float("nan"),
-            "train_examples": float(len(texts_a) * epochs)}
+    return {
+        "train_loss": float(np.mean(losses)) if losses else float("nan"),
+        "train_examples": float(len(texts_a) * epochs),
+    }
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, adapter: Adapter, texts_a: Sequence[str], texts_b: Sequence[str | None] | None,
-                  *, batch_size: int, device: torch.device,
-                  autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> np.ndarray:
+def predict_proba(
+    model: nn.Module,
+    adapter: Adapter,
+    texts_a: Sequence[str],
+    texts_b: Sequence[str | None] | None,
+    *,
+    batch_size: int,
+    device: torch.device,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+) -> np.ndarray:
     """Class probabilities (N x C); texts sorted by length so padding stays small."""
     model.eval()
     order = np.argsort([len(t) for t in texts_a], kind="stable")
     out: np.ndarray | None = None
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         b = [texts_b[i] for i in idx] if texts_b is not None else None
         batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
         with autocast():

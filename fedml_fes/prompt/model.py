@@ -12,6 +12,7 @@ the verbalizer rows of the vocabulary projection are used (the full projection a
 position makes a MiniLM training step about 2x slower). Batches are padded to their longest
 member, not to max_len. Texts are truncated, never the pattern.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -31,8 +32,8 @@ def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], li
     probe = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]
     for start in range(len(full) - len(probe) + 1):
-        if full[start:start + len(probe)] == probe:
-            return full[:start], full[start + len(probe):]
+        if full[start : start + len(probe)] == probe:
+            return full[:start], full[start + len(probe) :]
     raise FesError(f"cannot find where {type(tokenizer).__name__} puts its special tokens")
 
 
@@ -44,11 +45,15 @@ class PromptEncoder:
         self.causal = causal
         if causal:
             if pattern.rstrip().endswith("{mask}") is False:
-                raise FesError(f"pattern {pattern!r} must end with {{mask}} for a causal LM (it predicts the "
-                               f"verbalizer word as the next token)")
+                raise FesError(
+                    f"pattern {pattern!r} must end with {{mask}} for a causal LM (it predicts the "
+                    f"verbalizer word as the next token)"
+                )
         elif tokenizer.mask_token_id is None:
-            raise FesError("the tokenizer has no mask token: use a causal-LM pattern ending in {mask} "
-                           "with a causal LM, or a masked LM")
+            raise FesError(
+                "the tokenizer has no mask token: use a causal-LM pattern ending in {mask} "
+                "with a causal LM, or a masked LM"
+            )
         self.tok = tokenizer
         self.max_len = max_len
         self.parts: list[tuple[str, list[int] | None, bool]] = []  # (kind, literal ids, leading space)
@@ -77,8 +82,9 @@ class PromptEncoder:
     def _text_ids(self, text: str, lead: bool) -> list[int]:
         key = (text, lead)
         if key not in self._memo:
-            self._memo[key] = self.tok((" " if lead else "") + text, add_special_tokens=False,
-                                       truncation=True, max_length=self.max_len)["input_ids"]
+            self._memo[key] = self.tok(
+                (" " if lead else "") + text, add_special_tokens=False, truncation=True, max_length=self.max_len
+            )["input_ids"]
         return self._memo[key]
 
     def ids(self, text_a: str, text_b: str | None = None) -> list[int]:
@@ -94,8 +100,17 @@ class PromptEncoder:
                 b = b[:-1]
         body: list[int] = []
         for kind, lit, _ in self.parts:
-            body += lit if kind == "lit" else a if kind == "text_a" else b if kind == "text_b" \
-                else [] if self.causal else [self.tok.mask_token_id]
+            body += (
+                lit
+                if kind == "lit"
+                else a
+                if kind == "text_a"
+                else b
+                if kind == "text_b"
+                else []
+                if self.causal
+                else [self.tok.mask_token_id]
+            )
         return self.prefix + body + self.suffix
 
     def batch(self, texts_a: Sequence[str], texts_b: Sequence[str | None] | None = None) -> dict[str, torch.Tensor]:
@@ -105,8 +120,8 @@ class PromptEncoder:
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
-            input_ids[i, :len(r)] = torch.tensor(r)
-            attention[i, :len(r)] = 1
+            input_ids[i, : len(r)] = torch.tensor(r)
+            attention[i, : len(r)] = 1
         if self.causal:
             mask_pos = attention.sum(dim=1) - 1  # each row's last real token
         else:
@@ -199,8 +214,9 @@ class PromptCausalLM(PromptMLM):
         self.lm = lm
         self._init_prompt(verbalizer_ids)
         self._parts = None
-        self._softcap = getattr(getattr(lm.config, "get_text_config", lambda: lm.config)(),
-                                "final_logit_softcapping", None)
+        self._softcap = getattr(
+            getattr(lm.config, "get_text_config", lambda: lm.config)(), "final_logit_softcapping", None
+        )
 
     @property
     def backbone(self) -> PreTrainedModel:
@@ -215,8 +231,9 @@ class PromptCausalLM(PromptMLM):
         if self.split is not None:
             hidden = self.split(input_ids, attention_mask)
         else:
-            hidden = self.lm.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                                        use_cache=False).last_hidden_state
+            hidden = self.lm.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
         last = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
         out = self.lm.get_output_embeddings()
         logits = last @ out.weight[self.verbalizer_ids].T

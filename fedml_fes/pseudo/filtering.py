@@ -13,6 +13,7 @@ computed once; labeling passes infer only a growing prefix of it, so the rest of
 never run through the big model. Vectorized: each greedy step touches only the k*|E(u)|
 scores that change.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,12 +34,12 @@ def knn_indices(embeddings: np.ndarray, k: int, block: int = 2048) -> np.ndarray
     emb = emb.astype(np.float32)
     out = np.empty((n, k), dtype=np.int64)
     for start in range(0, n, block):
-        sims = emb[start:start + block] @ emb.T
+        sims = emb[start : start + block] @ emb.T
         rows = np.arange(sims.shape[0])
         sims[rows, rows + start] = -np.inf  # not its own neighbour
         part = np.argpartition(-sims, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(sims, part, axis=1), axis=1, kind="stable")
-        out[start:start + block] = np.take_along_axis(part, order, axis=1)
+        out[start : start + block] = np.take_along_axis(part, order, axis=1)
     return out
 
 
@@ -78,7 +79,7 @@ def vote_k_order(neighbours: np.ndarray, rho: float, limit: int | None = None) -
         u = int(np.argmax(np.where(taken, -np.inf, score)))
         order[step] = u
         taken[u] = True
-        xs = owners[starts[u]:starts[u + 1]]
+        xs = owners[starts[u] : starts[u + 1]]
         if len(xs):
             delta = rho ** -(covered[xs] + 1) - rho ** -covered[xs]
             covered[xs] += 1
@@ -107,6 +108,7 @@ class ProxyEmbedder:
             from sentence_transformers import SentenceTransformer
 
             from ..models import quiet_transformers, resolve_model_path
+
             try:
                 with quiet_transformers():
                     self._model = SentenceTransformer(resolve_model_path(self.name), device=self.device)
@@ -114,12 +116,24 @@ class ProxyEmbedder:
                 raise FesError(f"cannot load the filtering proxy '{self.name}': {str(e).splitlines()[0]}") from None
             if self.max_len:
                 self._model.max_seq_length = min(self._model.max_seq_length or self.max_len, self.max_len)
-        return np.asarray(self._model.encode(list(texts), batch_size=64, convert_to_numpy=True,
-                                             normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+        return np.asarray(
+            self._model.encode(
+                list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+            ),
+            dtype=np.float32,
+        )
 
 
-def cached_order(store_dir: Path, texts: Sequence[str], method: str, embedder: ProxyEmbedder, knn: int,
-                 rho: float, seed: int, pool_share: float) -> np.ndarray:
+def cached_order(
+    store_dir: Path,
+    texts: Sequence[str],
+    method: str,
+    embedder: ProxyEmbedder,
+    knn: int,
+    rho: float,
+    seed: int,
+    pool_share: float,
+) -> np.ndarray:
     """The client's ranking of its pool, computed once and kept in its own folder; V(x) holds
     `neighbour_count(knn, len(texts), pool_share)` neighbours."""
     store_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ earlier passes are replaced), then keeps the `target` most confident predictions
 above a confidence threshold and under per-class quotas. Quotas come from the client's gold
 labels or from the predicted distribution, never from hidden truth (the client has none).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ def class_quotas(target: int, shares: np.ndarray) -> np.ndarray:
     return quotas
 
 
-def select_pseudo(probs: np.ndarray, target: int, threshold: float = 0.0, balance: str = "none",
-                  gold_labels: list[int] | None = None) -> np.ndarray:
+def select_pseudo(
+    probs: np.ndarray, target: int, threshold: float = 0.0, balance: str = "none", gold_labels: list[int] | None = None
+) -> np.ndarray:
     """Indices (into the pool) of predictions to keep, most confident first."""
     n, num_classes = probs.shape
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)

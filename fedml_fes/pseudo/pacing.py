@@ -23,6 +23,7 @@ its gain over the global model on validation data. A trial's delta_acc is the su
 r rounds' gains. This module is the bookkeeping only (no models): deterministic given the
 validation accuracies it is fed.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,8 +74,9 @@ def pacing_cost(p: Pacing, infer_latency: float, train_latency: float, theta: fl
     return infer_latency * p.n / p.f + theta * train_latency * p.k
 
 
-def aug_e(delta_acc: float, p: Pacing, infer_latency: float, train_latency: float, eta: float = 1.0,
-          theta: float = 1.0) -> float:
+def aug_e(
+    delta_acc: float, p: Pacing, infer_latency: float, train_latency: float, eta: float = 1.0, theta: float = 1.0
+) -> float:
     return eta * delta_acc / pacing_cost(p, infer_latency, train_latency, theta)
 
 
@@ -100,9 +102,18 @@ class Trial:
 class PacingConfigurator:
     """Algorithm 1 over a list of configurations, with trials on idle client groups."""
 
-    def __init__(self, grid: list[Pacing], trial_rounds: int, top: int, switch_threshold: float,
-                 infer_latency: float, train_latency: float, eta: float = 1.0, theta: float = 1.0,
-                 parallel_trials: int = 8):
+    def __init__(
+        self,
+        grid: list[Pacing],
+        trial_rounds: int,
+        top: int,
+        switch_threshold: float,
+        infer_latency: float,
+        train_latency: float,
+        eta: float = 1.0,
+        theta: float = 1.0,
+        parallel_trials: int = 8,
+    ):
         if not grid:
             raise FesError("pacing needs at least one configuration (pacing_args.grid is empty)")
         self.grid, self.r, self.t, self.s = grid, trial_rounds, top, switch_threshold
@@ -121,26 +132,47 @@ class PacingConfigurator:
         """Everything `start_trials` / `finish_trial_round` / `observe` read later, as plain data
         (lists, numbers, strings) for a run's checkpoint; the grid and constants come from the
         config and are rebuilt with the object."""
+
         def cfg(p: Pacing) -> list:
             return [p.f, p.n, p.k]
+
         return {
-            "current": cfg(self.current), "ranked": [cfg(p) for p in self.ranked],
+            "current": cfg(self.current),
+            "ranked": [cfg(p) for p in self.ranked],
             "pending": [cfg(p) for p in self.pending],
-            "running": [{"config": cfg(t.config), "group": list(t.group), "start_round": t.start_round,
-                         "fraction": t.fraction, "gains": list(t.gains)} for t in self.running],
+            "running": [
+                {
+                    "config": cfg(t.config),
+                    "group": list(t.group),
+                    "start_round": t.start_round,
+                    "fraction": t.fraction,
+                    "gains": list(t.gains),
+                }
+                for t in self.running
+            ],
             "scores": [[value, cost, pos, cfg(p)] for value, cost, pos, p in self.scores],
-            "phase": self.phase, "window_start_round": self.window_start_round,
+            "phase": self.phase,
+            "window_start_round": self.window_start_round,
             "window_start_acc": self.window_start_acc,
         }
 
     def load_state_dict(self, state: dict) -> None:
         def cfg(x: list) -> Pacing:
             return Pacing(int(x[0]), int(x[1]), float(x[2]))
+
         self.current = cfg(state["current"])
         self.ranked = [cfg(x) for x in state["ranked"]]
         self.pending = [cfg(x) for x in state["pending"]]
-        self.running = [Trial(cfg(t["config"]), [int(c) for c in t["group"]], int(t["start_round"]),
-                              float(t["fraction"]), [float(g) for g in t["gains"]]) for t in state["running"]]
+        self.running = [
+            Trial(
+                cfg(t["config"]),
+                [int(c) for c in t["group"]],
+                int(t["start_round"]),
+                float(t["fraction"]),
+                [float(g) for g in t["gains"]],
+            )
+            for t in state["running"]
+        ]
         self.scores = [(float(v), float(c), int(i), cfg(p)) for v, c, i, p in state["scores"]]
         self.phase = state["phase"]
         self.window_start_round = state["window_start_round"]
@@ -156,8 +188,7 @@ class PacingConfigurator:
     def busy_clients(self) -> set[int]:
         return {c for t in self.running for c in t.group}
 
-    def start_trials(self, round_idx: int, idle: list[int], fraction: float,
-                     rng: np.random.Generator) -> list[str]:
+    def start_trials(self, round_idx: int, idle: list[int], fraction: float, rng: np.random.Generator) -> list[str]:
         """Start waiting trials on groups drawn from `idle` clients (as many as fit)."""
         free = [c for c in idle if c not in self.busy_clients()]
         events = []
@@ -168,8 +199,10 @@ class PacingConfigurator:
             self.running.append(Trial(p, group, round_idx, fraction))
             events.append(f"pacing trial {p} on idle clients {group}")
         if self.pending and not self.running:  # nothing can ever start: too few idle clients
-            events.append(f"pacing: no {self.pending[0].n} idle clients for {self.pending[0]}; "
-                          f"{len(self.pending)} configuration(s) not trialled")
+            events.append(
+                f"pacing: no {self.pending[0].n} idle clients for {self.pending[0]}; "
+                f"{len(self.pending)} configuration(s) not trialled"
+            )
             self.pending = []
             events += self._close_phase()
         return events
@@ -221,6 +254,7 @@ class PacingConfigurator:
         self.window_start_round, self.window_start_acc = round_idx + 1, acc
         if value < self.s and len(self.ranked) > 1:
             self.pending, self.phase = list(self.ranked), "re-trial"
-            return [f"pacing: AUG-E of {self.current} = {value:.6g} < s={self.s:g}; re-trialling the top "
-                    f"{len(self.ranked)}"]
+            return [
+                f"pacing: AUG-E of {self.current} = {value:.6g} < s={self.s:g}; re-trialling the top {len(self.ranked)}"
+            ]
         return []

@@ -3,6 +3,7 @@
 Whichever process plays client c reads and writes c's state, as a phone reads its own
 storage; nothing of it travels to the server. Writes are atomic (temp file + rename).
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ the convergence accuracies of reference methods (FedFSL, FedFSL-BIAS) in the sam
 above the target (None: never reached, the paper's X), with traffic and energy summed over
 the same rounds. Per method, numbers are means over the seeds that completed.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,10 +18,18 @@ from ..cost.network import Network
 from ..cost.profiles import DeviceProfile
 from .runs import RunData
 
-LABELS = {"fedcls": "FedCLS", "prompt_only": "Prompt-only", "pseudo_only": "Pseudo-only", "fedfsl": "FedFSL",
-          "fedfsl_bias": "FedFSL-BIAS", "fes": "FeS", "fes_no_cp": "FeS w/o co-planning",
-          "fes_no_rf": "FeS w/o filtering", "fes_no_dc": "FeS w/o curriculum pacing",
-          "full_label": "Full-label FedCLS"}
+LABELS = {
+    "fedcls": "FedCLS",
+    "prompt_only": "Prompt-only",
+    "pseudo_only": "Pseudo-only",
+    "fedfsl": "FedFSL",
+    "fedfsl_bias": "FedFSL-BIAS",
+    "fes": "FeS",
+    "fes_no_cp": "FeS w/o co-planning",
+    "fes_no_rf": "FeS w/o filtering",
+    "fes_no_dc": "FeS w/o curriculum pacing",
+    "full_label": "Full-label FedCLS",
+}
 FULL_LABEL = "full_label"
 
 
@@ -106,8 +115,9 @@ class BenchData:
                 parts.append(totals_up_to(costs, costs[-1].round))
         if not parts:
             return None
-        return UpTo(-1, mean([p.hours for p in parts]), mean([p.bytes for p in parts]),
-                    mean([p.energy_j for p in parts]))
+        return UpTo(
+            -1, mean([p.hours for p in parts]), mean([p.bytes for p in parts]), mean([p.energy_j for p in parts])
+        )
 
     def curve(self, method: str, device: DeviceProfile, network: Network) -> tuple[list[float], list[float]]:
         """(mean cumulative hours, mean accuracy) at each evaluated round, over seeds."""
@@ -131,9 +141,21 @@ class BenchData:
             for row in self.run(method, seed).rows_of_costs():
                 peak = float(row.get("peak_train_bytes") or 0)
                 if peak > best.get("peak", -1):
-                    best = {"peak": peak, **{k: float(row.get(f"{k}_bytes") or 0)
-                                              for k in ("param", "grad", "optimizer", "activation_peak",
-                                                        "cuda_peak", "trainable", "fill_peak")}}
+                    best = {
+                        "peak": peak,
+                        **{
+                            k: float(row.get(f"{k}_bytes") or 0)
+                            for k in (
+                                "param",
+                                "grad",
+                                "optimizer",
+                                "activation_peak",
+                                "cuda_peak",
+                                "trainable",
+                                "fill_peak",
+                            )
+                        },
+                    }
                     # parameters the training step holds: those it reads (runs before the column: all)
                     resident = row.get("resident_param_bytes")
                     best["resident_param"] = float(resident) if resident not in (None, "") else best["param"]
@@ -149,9 +171,13 @@ class BenchData:
             if ref and c is not None:
                 rel.append(c / ref)
         conv_ok = [c for c in conv if c is not None]
-        return {"convergence": mean(conv_ok), "std": statistics.stdev(conv_ok) if len(conv_ok) > 1 else 0.0,
-                "final": mean([f for f in final if f is not None]), "relative": mean(rel),
-                "rounds": mean([float(self.run(method, s).rounds_completed) for s in self.seeds(method)])}
+        return {
+            "convergence": mean(conv_ok),
+            "std": statistics.stdev(conv_ok) if len(conv_ok) > 1 else 0.0,
+            "final": mean([f for f in final if f is not None]),
+            "relative": mean(rel),
+            "rounds": mean([float(self.run(method, s).rounds_completed) for s in self.seeds(method)]),
+        }
 
 
 @dataclass(frozen=True)
@@ -170,8 +196,9 @@ class ModelCheck:
         return self.predicted_s / self.measured_s if self.measured_s else float("nan")
 
 
-def compute_model_check(data: BenchData, host: DeviceProfile,
-                        clock: str = "cpu") -> tuple[list[ModelCheck], list[tuple[str, float, float]]]:
+def compute_model_check(
+    data: BenchData, host: DeviceProfile, clock: str = "cpu"
+) -> tuple[list[ModelCheck], list[tuple[str, float, float]]]:
     """Per phase error statistics, and (phase, predicted, measured) per task for a scatter plot.
 
     clock: "cpu" compares with the task's CPU time (what the host profile is calibrated on),
@@ -189,6 +216,14 @@ def compute_model_check(data: BenchData, host: DeviceProfile,
         if not sel:
             continue
         err = [abs(p - m) / m * 100 for p, m in sel]
-        out.append(ModelCheck(phase, len(sel), statistics.median(err), statistics.mean(err),
-                              sum(p for p, _ in sel), sum(m for _, m in sel)))
+        out.append(
+            ModelCheck(
+                phase,
+                len(sel),
+                statistics.median(err),
+                statistics.mean(err),
+                sum(p for p, _ in sel),
+                sum(m for _, m in sel),
+            )
+        )
     return out, points

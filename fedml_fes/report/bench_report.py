@@ -6,6 +6,7 @@ comparison (traffic, energy, peak memory), the bandwidth sweep, and the check of
 compute model against this host. Every figure is captioned with the model, data, seeds,
 device profile and network it came from.
 """
+
 from __future__ import annotations
 
 import csv
@@ -41,6 +42,7 @@ class ReportSpec:
 
 # ---- formatting -------------------------------------------------------------------------------
 
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
@@ -73,8 +75,9 @@ def _kj(j: float | None) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in row) + " |" for row in rows
+    ]
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -92,17 +95,23 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def _caption(spec: ReportSpec, device: DeviceProfile | None, network: Network | None, extra: str = "") -> str:
     p = spec.provenance
-    parts = [f"Model: {p.get('model', '?')}", f"data: {p.get('dataset_text', '?')}",
-             f"seeds: {', '.join(str(s) for s in p.get('seeds', []))}"]
+    parts = [
+        f"Model: {p.get('model', '?')}",
+        f"data: {p.get('dataset_text', '?')}",
+        f"seeds: {', '.join(str(s) for s in p.get('seeds', []))}",
+    ]
     if device is not None:
-        parts.append(f"device profile: {device.label} ({device.flops_per_s:.3g} FLOP/s, "
-                     f"{device.compute_power_w:g} W compute, {device.radio_power_w:g} W radio)")
+        parts.append(
+            f"device profile: {device.label} ({device.flops_per_s:.3g} FLOP/s, "
+            f"{device.compute_power_w:g} W compute, {device.radio_power_w:g} W radio)"
+        )
     if network is not None:
         parts.append(f"network: {network.describe()}")
     return "*" + "; ".join(parts) + (f". {extra}" if extra else ".") + "*"
 
 
 # ---- the report -------------------------------------------------------------------------------
+
 
 def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     out_dir = Path(out_dir)
@@ -114,14 +123,21 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     first_target = spec.targets[0] if spec.targets else None
     lines = [f"# {spec.title}", "", _setup_text(spec, data), ""]
     if missing:
-        lines += [f"Missing (no completed run yet): {', '.join(label(m) for m in missing)}. "
-                  "Re-run the same `fedml-fes bench` command to finish them.", ""]
+        lines += [
+            f"Missing (no completed run yet): {', '.join(label(m) for m in missing)}. "
+            "Re-run the same `fedml-fes bench` command to finish them.",
+            "",
+        ]
 
     # headline vs the paper's targets
     head_rows, head_csv = _headline(spec, data, methods)
-    lines += ["## FeS against the paper's best figures", "",
-              f"Device {head.label}, network {net.describe()}; targets are the paper's (MobiCom'23, RoBERTa-large). "
-              "Measured on our runs, met or not.", ""]
+    lines += [
+        "## FeS against the paper's best figures",
+        "",
+        f"Device {head.label}, network {net.describe()}; targets are the paper's (MobiCom'23, RoBERTa-large). "
+        "Measured on our runs, met or not.",
+        "",
+    ]
     lines += _table(["claim", "paper", "measured here", "met"], head_rows) + [""]
     _write_csv(out_dir / "headline.csv", head_csv)
 
@@ -129,17 +145,37 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     acc_rows, method_csv = [], []
     for m in methods + ([FULL_LABEL] if data.seeds(FULL_LABEL) else []):
         st = data.accuracy_stats(m)
-        acc_rows.append([labels[m], f"{_pct(st['convergence'])} ± {_pct(st['std'])}", _pct(st["final"]),
-                         _pct(st["relative"]) if m != FULL_LABEL else "100.0", len(data.seeds(m)),
-                         f"{st['rounds']:.0f}" if st["rounds"] else "-"])
-        method_csv.append({"method": m, "label": labels[m], "seeds": len(data.seeds(m)),
-                           "convergence_acc": st["convergence"], "convergence_std": st["std"],
-                           "final_acc": st["final"], "relative_to_full_label": st["relative"]})
-    lines += ["## Table 4: accuracy and time to accuracy", "",
-              f"Convergence accuracy = mean test accuracy of the last {data.tail} evaluated rounds (%; mean ± std "
-              "over seeds); relative = convergence accuracy / the full-label FedCLS run's in the same seed.", ""]
-    lines += _table(["method", "convergence acc (%)", "final acc (%)", "relative to full labels (%)", "seeds",
-                     "rounds"], acc_rows) + [""]
+        acc_rows.append(
+            [
+                labels[m],
+                f"{_pct(st['convergence'])} ± {_pct(st['std'])}",
+                _pct(st["final"]),
+                _pct(st["relative"]) if m != FULL_LABEL else "100.0",
+                len(data.seeds(m)),
+                f"{st['rounds']:.0f}" if st["rounds"] else "-",
+            ]
+        )
+        method_csv.append(
+            {
+                "method": m,
+                "label": labels[m],
+                "seeds": len(data.seeds(m)),
+                "convergence_acc": st["convergence"],
+                "convergence_std": st["std"],
+                "final_acc": st["final"],
+                "relative_to_full_label": st["relative"],
+            }
+        )
+    lines += [
+        "## Table 4: accuracy and time to accuracy",
+        "",
+        f"Convergence accuracy = mean test accuracy of the last {data.tail} evaluated rounds (%; mean ± std "
+        "over seeds); relative = convergence accuracy / the full-label FedCLS run's in the same seed.",
+        "",
+    ]
+    lines += _table(
+        ["method", "convergence acc (%)", "final acc (%)", "relative to full labels (%)", "seeds", "rounds"], acc_rows
+    ) + [""]
 
     tta_csv = []
     for target in spec.targets:
@@ -151,14 +187,27 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
             for m in methods:
                 r = data.reach(m, target, dev, net)
                 rows[m] += [_hours(r), _x(_ratio(ref.hours, r.hours)) if r.reached else "X"]
-                tta_csv.append({"target": target, "device": dev.name, "method": m, "hours": r.hours,
-                                "reached": r.reached, "seeds": r.seeds, "bytes": r.bytes, "energy_j": r.energy_j,
-                                "speedup_vs_target_method": _ratio(ref.hours, r.hours)})
+                tta_csv.append(
+                    {
+                        "target": target,
+                        "device": dev.name,
+                        "method": m,
+                        "hours": r.hours,
+                        "reached": r.reached,
+                        "seeds": r.seeds,
+                        "bytes": r.bytes,
+                        "energy_j": r.energy_j,
+                        "speedup_vs_target_method": _ratio(ref.hours, r.hours),
+                    }
+                )
         goal = [data.target(target, s) for s in data.seeds(target)]
         goal_text = ", ".join(_pct(g) for g in goal if g is not None) or "-"
-        lines += [f"### Hours to {label(target)}'s convergence accuracy ({goal_text}%)", "",
-                  f"Network {net.describe()}. X / not reached: the method never got there within its rounds "
-                  "(the paper's X).", ""]
+        lines += [
+            f"### Hours to {label(target)}'s convergence accuracy ({goal_text}%)",
+            "",
+            f"Network {net.describe()}. X / not reached: the method never got there within its rounds (the paper's X).",
+            "",
+        ]
         lines += _table(header, [rows[m] for m in methods]) + [""]
     _write_csv(out_dir / "time_to_accuracy.csv", tta_csv)
     lines += _ablation(spec, data, methods)
@@ -174,27 +223,60 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
         energy_t[m] = reach.energy_j if reach and reach.reached else None
         traffic_all[m] = tot.bytes if tot else None
         energy_all[m] = tot.energy_j if tot else None
-        res_rows.append([labels[m], _mb(traffic_t[m]) if reach and reach.reached else "not reached",
-                         _mb(traffic_all[m]), _kj(energy_t[m]) if reach and reach.reached else "not reached",
-                         _kj(energy_all[m]), _mb(mem.get("peak")), _mb(mem.get("activation_peak")),
-                         _mb(mem.get("cuda_peak")) if mem.get("cuda_peak") else "-"])
-        row.update({"traffic_to_target_bytes": traffic_t[m], "traffic_total_bytes": traffic_all[m],
-                    f"energy_to_target_j_{head.name}": energy_t[m], f"energy_total_j_{head.name}": energy_all[m],
-                    "peak_train_bytes": mem.get("peak"), "param_bytes": mem.get("param"),
-                    "resident_param_bytes": mem.get("resident_param"), "fill_peak_bytes": mem.get("fill_peak"),
-                    "grad_bytes": mem.get("grad"), "optimizer_bytes": mem.get("optimizer"),
-                    "activation_peak_bytes": mem.get("activation_peak"), "cuda_peak_bytes": mem.get("cuda_peak")})
+        res_rows.append(
+            [
+                labels[m],
+                _mb(traffic_t[m]) if reach and reach.reached else "not reached",
+                _mb(traffic_all[m]),
+                _kj(energy_t[m]) if reach and reach.reached else "not reached",
+                _kj(energy_all[m]),
+                _mb(mem.get("peak")),
+                _mb(mem.get("activation_peak")),
+                _mb(mem.get("cuda_peak")) if mem.get("cuda_peak") else "-",
+            ]
+        )
+        row.update(
+            {
+                "traffic_to_target_bytes": traffic_t[m],
+                "traffic_total_bytes": traffic_all[m],
+                f"energy_to_target_j_{head.name}": energy_t[m],
+                f"energy_total_j_{head.name}": energy_all[m],
+                "peak_train_bytes": mem.get("peak"),
+                "param_bytes": mem.get("param"),
+                "resident_param_bytes": mem.get("resident_param"),
+                "fill_peak_bytes": mem.get("fill_peak"),
+                "grad_bytes": mem.get("grad"),
+                "optimizer_bytes": mem.get("optimizer"),
+                "activation_peak_bytes": mem.get("activation_peak"),
+                "cuda_peak_bytes": mem.get("cuda_peak"),
+            }
+        )
         for dev in spec.devices:
             t = data.totals(m, dev, net)
             row[f"hours_total_{dev.name}"] = t.hours if t else None
-    lines += ["## Traffic, energy and peak memory", "",
-              f"Traffic and energy up to the round that first reaches {label(first_target) if first_target else '-'}'s "
-              f"convergence accuracy, and for the whole run; energy on {head.label} at {net.describe()}. Peak training "
-              "memory is measured (parameters the training step reads + gradients + AdamW state + tensors saved for "
-              "backward; with a frozen bottom filled into the activation cache first, the larger of that and the "
-              "fill phase's parameters; docs/BENCHMARK.md).", ""]
-    lines += _table(["method", "traffic to target", "traffic, whole run", "energy to target", "energy, whole run",
-                     "peak training memory", "of which activations", "CUDA peak"], res_rows) + [""]
+    lines += [
+        "## Traffic, energy and peak memory",
+        "",
+        f"Traffic and energy up to the round that first reaches {label(first_target) if first_target else '-'}'s "
+        f"convergence accuracy, and for the whole run; energy on {head.label} at {net.describe()}. Peak training "
+        "memory is measured (parameters the training step reads + gradients + AdamW state + tensors saved for "
+        "backward; with a frozen bottom filled into the activation cache first, the larger of that and the "
+        "fill phase's parameters; docs/BENCHMARK.md).",
+        "",
+    ]
+    lines += _table(
+        [
+            "method",
+            "traffic to target",
+            "traffic, whole run",
+            "energy to target",
+            "energy, whole run",
+            "peak training memory",
+            "of which activations",
+            "CUDA peak",
+        ],
+        res_rows,
+    ) + [""]
     _write_csv(out_dir / "methods.csv", method_csv)
 
     # figures
@@ -202,17 +284,36 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     for dev in spec.devices:
         if dev.name == "host":
             continue
-        targets = {f"{label(t)} ({_pct(mean_target)}%)": mean_target for t in spec.targets
-                   for mean_target in [_mean([data.target(t, s) for s in data.seeds(t)])] if mean_target}
+        targets = {
+            f"{label(t)} ({_pct(mean_target)}%)": mean_target
+            for t in spec.targets
+            for mean_target in [_mean([data.target(t, s) for s in data.seeds(t)])]
+            if mean_target
+        }
         curves = {m: data.curve(m, dev, net) for m in methods}
         name = f"accuracy_vs_hours_{dev.name}.png"
-        plots.accuracy_vs_hours(curves, labels, targets, f"Accuracy vs emulated time on {dev.label}, {net.describe()}",
-                                out_dir / name)
+        plots.accuracy_vs_hours(
+            curves, labels, targets, f"Accuracy vs emulated time on {dev.label}, {net.describe()}", out_dir / name
+        )
         figs.append((name, _caption(spec, dev, net, "Dotted lines: target accuracies; mean over seeds")))
-    plots.resource_bars(methods, labels, traffic_t, {m: v or 0 for m, v in traffic_all.items()}, energy_t,
-                        {m: v or 0 for m, v in energy_all.items()}, head.label, out_dir / "traffic_energy.png")
-    figs.append(("traffic_energy.png", _caption(spec, head, net, "Solid: up to FedFSL's convergence accuracy "
-                                                "(X: never reached); hatched: whole run")))
+    plots.resource_bars(
+        methods,
+        labels,
+        traffic_t,
+        {m: v or 0 for m, v in traffic_all.items()},
+        energy_t,
+        {m: v or 0 for m, v in energy_all.items()},
+        head.label,
+        out_dir / "traffic_energy.png",
+    )
+    figs.append(
+        (
+            "traffic_energy.png",
+            _caption(
+                spec, head, net, "Solid: up to FedFSL's convergence accuracy (X: never reached); hatched: whole run"
+            ),
+        )
+    )
     plots.memory_bars(methods, labels, mem_parts, out_dir / "memory.png")
     figs.append(("memory.png", _caption(spec, None, None, "Peak over all training tasks of every seed")))
 
@@ -226,15 +327,27 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
                 r = data.reach(m, first_target, head, n)
                 sweep_hours[m].append(r.hours if r.reached else None)
                 row.append(_hours(r))
-                sweep_csv.append({"bandwidth_MBps": bw, "device": head.name, "method": m, "hours": r.hours,
-                                  "reached": r.reached, "seeds": r.seeds})
+                sweep_csv.append(
+                    {
+                        "bandwidth_MBps": bw,
+                        "device": head.name,
+                        "method": m,
+                        "hours": r.hours,
+                        "reached": r.reached,
+                        "seeds": r.seeds,
+                    }
+                )
             fes = data.reach("fes", first_target, head, n) if "fes" in methods else None
             ref = data.reach(first_target, first_target, head, n)
             row.append(_x(_ratio(ref.hours, fes.hours)) if fes and fes.reached else "-")
             sweep_rows.append(row)
-        plots.bandwidth_sweep(spec.sweep, sweep_hours, labels,
-                              f"Hours to {label(first_target)}'s accuracy vs bandwidth on {head.label}",
-                              out_dir / "bandwidth_sweep.png")
+        plots.bandwidth_sweep(
+            spec.sweep,
+            sweep_hours,
+            labels,
+            f"Hours to {label(first_target)}'s accuracy vs bandwidth on {head.label}",
+            out_dir / "bandwidth_sweep.png",
+        )
         figs.append(("bandwidth_sweep.png", _caption(spec, head, None, "Bandwidth swept, same runs")))
     _write_csv(out_dir / "bandwidth_sweep.csv", sweep_csv)
 
@@ -243,8 +356,9 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
         lines += [f"![{name}]({name})", "", caption, ""]
     if sweep_rows:
         lines += [f"### Bandwidth sweep ({head.label}): hours to {label(first_target)}'s convergence accuracy", ""]
-        lines += _table(["MB/s"] + [labels[m] for m in methods] + [f"FeS speedup vs {label(first_target)}"],
-                        sweep_rows) + [""]
+        lines += _table(
+            ["MB/s"] + [labels[m] for m in methods] + [f"FeS speedup vs {label(first_target)}"], sweep_rows
+        ) + [""]
 
     lines += _profiles_section(spec)
     lines += _model_check_section(spec, data, out_dir)
@@ -261,12 +375,14 @@ def _mean(xs: list[float | None]) -> float | None:
 
 def _setup_text(spec: ReportSpec, data: BenchData) -> str:
     p = spec.provenance
-    return (f"Model {p.get('model', '?')}; {p.get('dataset_text', '?')}; {p.get('rounds', '?')} rounds of "
-            f"{p.get('clients_per_round', '?')} training clients, batch {p.get('batch_size', '?')}, max length "
-            f"{p.get('max_seq_length', '?')}; seeds {', '.join(str(s) for s in p.get('seeds', []))}; config "
-            f"{p.get('config', '?')}. Emulated time, traffic and energy are computed from each run's "
-            f"client_costs.csv (FLOPs, encoder calls and payload bytes per client task) with the device profiles "
-            f"below and {spec.network.describe()} (docs/BENCHMARK.md has the formulas).")
+    return (
+        f"Model {p.get('model', '?')}; {p.get('dataset_text', '?')}; {p.get('rounds', '?')} rounds of "
+        f"{p.get('clients_per_round', '?')} training clients, batch {p.get('batch_size', '?')}, max length "
+        f"{p.get('max_seq_length', '?')}; seeds {', '.join(str(s) for s in p.get('seeds', []))}; config "
+        f"{p.get('config', '?')}. Emulated time, traffic and energy are computed from each run's "
+        f"client_costs.csv (FLOPs, encoder calls and payload bytes per client task) with the device profiles "
+        f"below and {spec.network.describe()} (docs/BENCHMARK.md has the formulas)."
+    )
 
 
 def _headline(spec: ReportSpec, data: BenchData, methods: list[str]) -> tuple[list[list[str]], list[dict]]:
@@ -292,27 +408,53 @@ def _headline(spec: ReportSpec, data: BenchData, methods: list[str]) -> tuple[li
             text, met = f"{label(ref_m)} never reached it; FeS took {_hours(fes)}", True
         else:
             text, met = f"{_x(sp)} ({_hours(ref)} vs {_hours(fes)})", sp is not None and sp >= PAPER_TARGETS[key]
-        add(f"time to FedFSL's accuracy, {label(ref_m)} / FeS", f">= {PAPER_TARGETS[key]:g}x", sp,
-            PAPER_TARGETS[key], text, met)
+        add(
+            f"time to FedFSL's accuracy, {label(ref_m)} / FeS",
+            f">= {PAPER_TARGETS[key]:g}x",
+            sp,
+            PAPER_TARGETS[key],
+            text,
+            met,
+        )
     ref = data.reach("fedfsl", "fedfsl", head, net)
     tr = _ratio(ref.bytes, fes.bytes) if fes.reached and ref.reached else None
     tot_f, tot_s = data.totals("fedfsl", head, net), data.totals("fes", head, net)
     tr_all = _ratio(tot_f.bytes if tot_f else None, tot_s.bytes if tot_s else None)
-    add("traffic to FedFSL's accuracy, FedFSL / FeS", f">= {PAPER_TARGETS['traffic_reduction']:g}x", tr, PAPER_TARGETS["traffic_reduction"],
-        (f"{_x(tr)} ({_mb(ref.bytes)} vs {_mb(fes.bytes)}); whole runs {_x(tr_all)}" if tr else
-         f"FeS never reached it; whole runs {_x(tr_all)}"), tr is not None and tr >= 3000)
+    add(
+        "traffic to FedFSL's accuracy, FedFSL / FeS",
+        f">= {PAPER_TARGETS['traffic_reduction']:g}x",
+        tr,
+        PAPER_TARGETS["traffic_reduction"],
+        (
+            f"{_x(tr)} ({_mb(ref.bytes)} vs {_mb(fes.bytes)}); whole runs {_x(tr_all)}"
+            if tr
+            else f"FeS never reached it; whole runs {_x(tr_all)}"
+        ),
+        tr is not None and tr >= 3000,
+    )
     mf, ms = data.memory("fedfsl").get("peak"), data.memory("fes").get("peak")
     mr = _ratio(mf, ms)
-    add("peak training memory, FedFSL / FeS", f">= {PAPER_TARGETS['memory_reduction']:g}x", mr, PAPER_TARGETS["memory_reduction"],
-        f"{_x(mr)} ({_mb(mf)} vs {_mb(ms)})", mr is not None and mr >= 4.5)
+    add(
+        "peak training memory, FedFSL / FeS",
+        f">= {PAPER_TARGETS['memory_reduction']:g}x",
+        mr,
+        PAPER_TARGETS["memory_reduction"],
+        f"{_x(mr)} ({_mb(mf)} vs {_mb(ms)})",
+        mr is not None and mr >= 4.5,
+    )
     af, a_s = data.accuracy_stats("fedfsl")["convergence"], data.accuracy_stats("fes")["convergence"]
-    add("convergence accuracy, FeS vs FedFSL", "equal or better", (a_s - af) if af is not None and a_s is not None
-        else None, 0.0, f"{_pct(a_s)}% vs {_pct(af)}%", None if af is None or a_s is None else a_s >= af - 1e-9)
+    add(
+        "convergence accuracy, FeS vs FedFSL",
+        "equal or better",
+        (a_s - af) if af is not None and a_s is not None else None,
+        0.0,
+        f"{_pct(a_s)}% vs {_pct(af)}%",
+        None if af is None or a_s is None else a_s >= af - 1e-9,
+    )
     return rows, out
 
 
-ABLATIONS = {"fes_no_cp": "co-planning", "fes_no_rf": "representational filtering",
-             "fes_no_dc": "curriculum pacing"}
+ABLATIONS = {"fes_no_cp": "co-planning", "fes_no_rf": "representational filtering", "fes_no_dc": "curriculum pacing"}
 PAPER_ABLATION = {"fes_no_cp": "8.0-62.3x", "fes_no_rf": "1.2-3.5x", "fes_no_dc": "1.6-3.5x"}
 
 
@@ -334,19 +476,41 @@ def _ablation(spec: ReportSpec, data: BenchData, methods: list[str]) -> list[str
             else:
                 row.append(f"{_x(_ratio(abl.hours, fes.hours))} ({_hours(abl)} vs {_hours(fes)})")
         rows.append(row)
-    return [f"### Ablation: hours to {label(target)}'s accuracy without each design / with all (FeS)", "",
-            f"Network {spec.network.describe()}; the paper's range over its four datasets for reference.", ""] + \
-        _table(["design", "paper"] + [d.label for d in spec.devices], rows) + [""]
+    return (
+        [
+            f"### Ablation: hours to {label(target)}'s accuracy without each design / with all (FeS)",
+            "",
+            f"Network {spec.network.describe()}; the paper's range over its four datasets for reference.",
+            "",
+        ]
+        + _table(["design", "paper"] + [d.label for d in spec.devices], rows)
+        + [""]
+    )
 
 
 def _profiles_section(spec: ReportSpec) -> list[str]:
-    lines = ["## Device profiles", "",
-             "compute(task) = FLOPs / throughput + encoder calls x overhead; energy = compute power x compute time "
-             "+ radio power x transfer time.", ""]
-    rows = [[d.label, f"{d.flops_per_s:.3g}", f"{d.call_overhead_s:g}", f"{d.compute_power_w:g}",
-             f"{d.radio_power_w:g}", d.derivation or "-", d.path] for d in spec.devices]
-    lines += _table(["device", "FLOP/s", "s per encoder call", "compute W", "radio W", "throughput from", "file"],
-                    rows) + [""]
+    lines = [
+        "## Device profiles",
+        "",
+        "compute(task) = FLOPs / throughput + encoder calls x overhead; energy = compute power x compute time "
+        "+ radio power x transfer time.",
+        "",
+    ]
+    rows = [
+        [
+            d.label,
+            f"{d.flops_per_s:.3g}",
+            f"{d.call_overhead_s:g}",
+            f"{d.compute_power_w:g}",
+            f"{d.radio_power_w:g}",
+            d.derivation or "-",
+            d.path,
+        ]
+        for d in spec.devices
+    ]
+    lines += _table(
+        ["device", "FLOP/s", "s per encoder call", "compute W", "radio W", "throughput from", "file"], rows
+    ) + [""]
     for d in spec.devices:
         for key, src in d.sources.items():
             lines.append(f"- {d.label}, {key}: {' '.join(str(src).split())}")
@@ -358,36 +522,81 @@ def _model_check_section(spec: ReportSpec, data: BenchData, out_dir: Path) -> li
         return []
     checks, points = compute_model_check(data, spec.host, "cpu")
     wall, _ = compute_model_check(data, spec.host, "wall")
-    lines = ["## Compute model vs time measured on this host", "",
-             f"Each client task's FLOPs and encoder calls through the `{spec.host.name}` profile "
-             f"({spec.host.flops_per_s:.3g} FLOP/s, {spec.host.call_overhead_s:.3g} s per call; "
-             f"{spec.calibration_note or 'from its YAML'}), against the time the task measured in the runs: its "
-             "process CPU time (what the profile is calibrated on; robust to other load on a shared machine) and, "
-             "for reference, its wall time. Measured times include what the model leaves out (tokenization, "
-             "cache files, pseudo-label selection, loading the filtering proxy).", ""]
-    rows = [[clock, c.phase, c.tasks, f"{c.median_abs_pct_error:.1f}%", f"{c.mean_abs_pct_error:.1f}%",
-             f"{c.predicted_s:.1f}", f"{c.measured_s:.1f}", f"{c.total_ratio:.2f}"]
-            for clock, group in (("CPU time", checks), ("wall time", wall)) for c in group]
-    lines += _table(["measured as", "tasks", "count", "median abs. error", "mean abs. error", "model total (s)",
-                     "measured total (s)", "model / measured"], rows) + [""]
-    _write_csv(out_dir / "compute_model.csv", [{"clock": clock, "phase": c.phase, "tasks": c.tasks,
-                                                 "median_abs_pct_error": c.median_abs_pct_error,
-                                                 "mean_abs_pct_error": c.mean_abs_pct_error,
-                                                 "model_total_s": c.predicted_s, "measured_total_s": c.measured_s}
-                                                for clock, group in (("cpu", checks), ("wall", wall))
-                                                for c in group])
+    lines = [
+        "## Compute model vs time measured on this host",
+        "",
+        f"Each client task's FLOPs and encoder calls through the `{spec.host.name}` profile "
+        f"({spec.host.flops_per_s:.3g} FLOP/s, {spec.host.call_overhead_s:.3g} s per call; "
+        f"{spec.calibration_note or 'from its YAML'}), against the time the task measured in the runs: its "
+        "process CPU time (what the profile is calibrated on; robust to other load on a shared machine) and, "
+        "for reference, its wall time. Measured times include what the model leaves out (tokenization, "
+        "cache files, pseudo-label selection, loading the filtering proxy).",
+        "",
+    ]
+    rows = [
+        [
+            clock,
+            c.phase,
+            c.tasks,
+            f"{c.median_abs_pct_error:.1f}%",
+            f"{c.mean_abs_pct_error:.1f}%",
+            f"{c.predicted_s:.1f}",
+            f"{c.measured_s:.1f}",
+            f"{c.total_ratio:.2f}",
+        ]
+        for clock, group in (("CPU time", checks), ("wall time", wall))
+        for c in group
+    ]
+    lines += _table(
+        [
+            "measured as",
+            "tasks",
+            "count",
+            "median abs. error",
+            "mean abs. error",
+            "model total (s)",
+            "measured total (s)",
+            "model / measured",
+        ],
+        rows,
+    ) + [""]
+    _write_csv(
+        out_dir / "compute_model.csv",
+        [
+            {
+                "clock": clock,
+                "phase": c.phase,
+                "tasks": c.tasks,
+                "median_abs_pct_error": c.median_abs_pct_error,
+                "mean_abs_pct_error": c.mean_abs_pct_error,
+                "model_total_s": c.predicted_s,
+                "measured_total_s": c.measured_s,
+            }
+            for clock, group in (("cpu", checks), ("wall", wall))
+            for c in group
+        ],
+    )
     if points or spec.calibration:
-        plots.compute_model_scatter(points, spec.calibration, "compute model vs measured CPU time, this host",
-                                    out_dir / "compute_model.png")
-        lines += ["![compute_model.png](compute_model.png)", "",
-                  _caption(spec, spec.host, None, "Crosses: the calibration batches the throughput was fitted on"), ""]
+        plots.compute_model_scatter(
+            points, spec.calibration, "compute model vs measured CPU time, this host", out_dir / "compute_model.png"
+        )
+        lines += [
+            "![compute_model.png](compute_model.png)",
+            "",
+            _caption(spec, spec.host, None, "Crosses: the calibration batches the throughput was fitted on"),
+            "",
+        ]
     return lines
 
 
 def _runs_section(data: BenchData, spec: ReportSpec) -> list[str]:
     rows = []
     for (m, s), run in sorted(data.runs.items()):
-        rows.append([label(m), s, run.status, run.rounds_completed, _pct(run.convergence_accuracy(data.tail)),
-                     str(run.run_dir)])
-    return ["## Runs", ""] + _table(["method", "seed", "status", "rounds", "convergence acc (%)", "run directory"],
-                                    rows) + [""]
+        rows.append(
+            [label(m), s, run.status, run.rounds_completed, _pct(run.convergence_accuracy(data.tail)), str(run.run_dir)]
+        )
+    return (
+        ["## Runs", ""]
+        + _table(["method", "seed", "status", "rounds", "convergence acc (%)", "run directory"], rows)
+        + [""]
+    )

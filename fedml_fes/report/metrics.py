@@ -3,6 +3,7 @@
 Rows are written as they happen, so an interrupted or failed run keeps every finished round.
 Reports and plots are made from these files only.
 """
+
 from __future__ import annotations
 
 import csv
@@ -39,8 +40,12 @@ class RunRecorder:
     def state_dict(self) -> dict[str, Any]:
         """Rows, columns, events and the wall time so far, for a run's checkpoint (the files
         themselves stay as written; `runtime/checkpoint.py` cuts them back on resume)."""
-        return {"rows": [_plain(r) for r in self.rows], "columns": self._columns, "events": list(self.events),
-                "wall_s": time.time() - self._started}
+        return {
+            "rows": [_plain(r) for r in self.rows],
+            "columns": self._columns,
+            "events": list(self.events),
+            "wall_s": time.time() - self._started,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue a checkpointed run: later rows append to its metrics.csv under its header."""

@@ -5,6 +5,7 @@ evaluator-side tooling, like scoring pseudo labels, and never runs inside a clie
 1,000 clients the text summary stays short (a few statistics plus the first rows and the
 gold holders); the CSV has every row and the PNG shows every client.
 """
+
 from __future__ import annotations
 
 import csv
@@ -47,9 +48,12 @@ def skew_stats(counts: PartitionCounts) -> dict[str, float]:
     sizes = counts.sizes.astype(float)
     share = counts.total / np.maximum(sizes[:, None], 1)
     mix = counts.total.sum(axis=0) / max(counts.total.sum(), 1)
-    return {"dominant_share": float(share.max(axis=1).mean()), "global_dominant_share": float(mix.max()),
-            "tv_distance": float(0.5 * np.abs(share - mix).sum(axis=1).mean()),
-            "size_cv": float(sizes.std() / max(sizes.mean(), 1e-9))}
+    return {
+        "dominant_share": float(share.max(axis=1).mean()),
+        "global_dominant_share": float(mix.max()),
+        "tv_distance": float(0.5 * np.abs(share - mix).sum(axis=1).mean()),
+        "size_cv": float(sizes.std() / max(sizes.mean(), 1e-9)),
+    }
 
 
 def _cell(n: int, g: int) -> str:
@@ -94,28 +98,43 @@ def write_csv(counts: PartitionCounts, path: str | Path) -> Path:
     with atomic_path(path) as tmp:
         with tmp.open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["client_id", "total", "gold", "unlabeled", *counts.classes,
-                        *(f"gold:{c}" for c in counts.classes)])
+            w.writerow(
+                ["client_id", "total", "gold", "unlabeled", *counts.classes, *(f"gold:{c}" for c in counts.classes)]
+            )
             for i, (tot, gold) in enumerate(zip(counts.total, counts.gold)):
-                w.writerow([i, int(tot.sum()), int(gold.sum()), int(tot.sum() - gold.sum()),
-                            *map(int, tot), *map(int, gold)])
+                w.writerow(
+                    [i, int(tot.sum()), int(gold.sum()), int(tot.sum() - gold.sum()), *map(int, tot), *map(int, gold)]
+                )
     return Path(path)
 
 
 def write_heatmap(counts: PartitionCounts, path: str | Path, title: str) -> Path:
     """Class share per client (heat map) above client sizes and gold labels per client."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     k = counts.total.shape[0]
     share = counts.total / np.maximum(counts.sizes[:, None], 1)
-    fig, axes = plt.subplots(3, 1, figsize=(12, 2.2 + 0.28 * len(counts.classes) + 3.2), sharex=True,
-                             gridspec_kw={"height_ratios": [max(2, 0.35 * len(counts.classes)), 1, 1]},
-                             constrained_layout=True)
+    fig, axes = plt.subplots(
+        3,
+        1,
+        figsize=(12, 2.2 + 0.28 * len(counts.classes) + 3.2),
+        sharex=True,
+        gridspec_kw={"height_ratios": [max(2, 0.35 * len(counts.classes)), 1, 1]},
+        constrained_layout=True,
+    )
     heat, size_ax, gold_ax = axes
-    im = heat.imshow(share.T, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest",
-                     extent=(-0.5, k - 0.5, len(counts.classes) - 0.5, -0.5))
+    im = heat.imshow(
+        share.T,
+        aspect="auto",
+        cmap="viridis",
+        vmin=0,
+        vmax=1,
+        interpolation="nearest",
+        extent=(-0.5, k - 0.5, len(counts.classes) - 0.5, -0.5),
+    )
     heat.set_yticks(range(len(counts.classes)), labels=[c[:24] for c in counts.classes])
     heat.set_title(title)
     fig.colorbar(im, ax=heat, label="share of client's examples", pad=0.01)

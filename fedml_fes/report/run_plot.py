@@ -6,6 +6,7 @@ several runs on one figure (`plot_runs`). Emulated hours use the project's cost 
 same task records and device profile as the benchmark report), so a figure never shows a
 number the tables would not.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -62,8 +63,9 @@ def _cumulative_hours(run, device: str) -> dict[int, float]:
     from ..cost.profiles import load_profile
     from ..cost.settings import network_of
 
-    cost_cfg = config_from_dict({"cost_args": dict(run.config.get("cost_args") or {})},
-                                source=f"{run.run_dir}/config.yaml").cost
+    cost_cfg = config_from_dict(
+        {"cost_args": dict(run.config.get("cost_args") or {})}, source=f"{run.run_dir}/config.yaml"
+    ).cost
     profile = load_profile(device, cost_cfg.device_dir or None)
     total, out = 0.0, {}
     for c in round_costs(run.tasks, profile, network_of(cost_cfg)):
@@ -77,8 +79,14 @@ def run_curve(run_dir: str | Path, device: str = DEFAULT_DEVICE) -> Curve:
     run = load_run(run_dir)
     upload, hours = _cumulative_upload(run_dir), _cumulative_hours(run, device)
     rounds = sorted(run.accuracy)
-    return Curve(run.method, run.metric, rounds, [upload.get(r, math.nan) for r in rounds],
-                 [hours[r] for r in rounds] if hours else [], [run.accuracy[r] for r in rounds])
+    return Curve(
+        run.method,
+        run.metric,
+        rounds,
+        [upload.get(r, math.nan) for r in rounds],
+        [hours[r] for r in rounds] if hours else [],
+        [run.accuracy[r] for r in rounds],
+    )
 
 
 def _pyplot():
@@ -91,8 +99,10 @@ def _pyplot():
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         os.environ["MPLCONFIGDIR"] = folder
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -110,8 +120,13 @@ def _panel(ax, xs: Sequence[float], ys: Sequence[float], label: str, color: str 
     return True
 
 
-def plot_runs(curves: dict[str, Curve], path: str | Path, title: str, colors: dict[str, str] | None = None,
-              device_label: str = "Jetson TX2") -> Path:
+def plot_runs(
+    curves: dict[str, Curve],
+    path: str | Path,
+    title: str,
+    colors: dict[str, str] | None = None,
+    device_label: str = "Jetson TX2",
+) -> Path:
     """Accuracy against emulated device hours and against upload bytes (both log x), one line
     per run; a panel with nothing to draw says so instead of failing."""
     if not curves:
@@ -124,8 +139,10 @@ def plot_runs(curves: dict[str, Curve], path: str | Path, title: str, colors: di
         drawn_t |= _panel(ax_t, c.hours, c.accuracy, label, color, True)
         drawn_b |= _panel(ax_b, c.bytes_up, c.accuracy, label, color, True)
     metric = next(iter(curves.values())).metric
-    for ax, drawn, xlabel in ((ax_t, drawn_t, f"emulated time on {device_label} (hours, log)"),
-                              (ax_b, drawn_b, "upload, all clients (bytes, log)")):
+    for ax, drawn, xlabel in (
+        (ax_t, drawn_t, f"emulated time on {device_label} (hours, log)"),
+        (ax_b, drawn_b, "upload, all clients (bytes, log)"),
+    ):
         if drawn:
             ax.set_xscale("log")
             ax.legend(fontsize=8)

@@ -4,6 +4,7 @@ config.yaml, metrics.csv, summary.json and client_costs.csv are all a report nee
 accuracy per round, the status, and the device-independent task records that any device
 profile and bandwidth can be applied to.
 """
+
 from __future__ import annotations
 
 import csv

@@ -37,6 +37,7 @@ snapshot, and the server continues with the next round. Every draw in the round 
 seeded per (seed, round, client), so the resumed run ends with the uninterrupted run's
 metrics (tested by killing runs with SIGKILL).
 """
+
 from __future__ import annotations
 
 import os
@@ -95,8 +96,10 @@ def config_differences(stored: dict[str, dict[str, Any]], current: dict[str, dic
 def config_mismatch(run_dir: Path, diffs: list[str], against: str) -> FesError:
     """The one error line for a resume whose config differs from the run's (first three keys)."""
     shown = "; ".join(diffs[:3]) + (f"; and {len(diffs) - 3} more" if len(diffs) > 3 else "")
-    return FesError(f"cannot resume {run_dir}: the config differs from {against} in {shown}; resume with the "
-                    f"run's own config and --set values")
+    return FesError(
+        f"cannot resume {run_dir}: the config differs from {against} in {shown}; resume with the "
+        f"run's own config and --set values"
+    )
 
 
 def check_resume(cfg: FesConfig, run_dir: str | os.PathLike | None) -> dict[str, Any]:
@@ -129,6 +132,7 @@ def check_resume(cfg: FesConfig, run_dir: str | os.PathLike | None) -> dict[str,
 
 def _summary_status(run_dir: Path) -> str | None:
     import json
+
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
@@ -250,7 +254,7 @@ def prune_snapshots(run_dir: str | os.PathLike, keep: int) -> None:
     """Keep the newest `keep` client snapshots (by round)."""
     root = Path(run_dir) / SNAPSHOT_DIR
     if root.is_dir():
-        for d in sorted(root.iterdir())[:-keep or None]:
+        for d in sorted(root.iterdir())[: -keep or None]:
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -280,8 +284,10 @@ def check_fresh(run_dir: str | os.PathLike | None) -> None:
         done = f"rounds 0-{meta['round']} of {meta['num_rounds']} done"
     except FesError:
         done = f"its {CHECKPOINT_FILE} does not load"
-    raise FesError(f"run directory {run_dir} holds an unfinished run ({done}): pass --resume to continue it, "
-                   f"or another --run-dir (or remove the folder) to start over")
+    raise FesError(
+        f"run directory {run_dir} holds an unfinished run ({done}): pass --resume to continue it, "
+        f"or another --run-dir (or remove the folder) to start over"
+    )
 
 
 def check_start(cfg: FesConfig, run_dir: str | os.PathLike | None, resume: bool) -> dict[str, Any] | None:

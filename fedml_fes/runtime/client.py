@@ -1,4 +1,5 @@
 """Client side of a round: load the global tensors, train locally, return an update."""
+
 from __future__ import annotations
 
 import contextlib
@@ -57,16 +58,22 @@ class LocalTrainer:
         # under the task's and sends only that part of its tensors
         scope = getattr(job.method, "task_scope", lambda _m, _o: contextlib.nullcontext())
         with self._activation_cache(client.client_id) as cache_stats, scope(job.model, task.options):
-            weight, metrics = job.method.local_train(job.model, job.tokenizer, client,
-                                                      job.cfg.for_round(task.round_idx, job.method.uses_pseudo,
-                                                                       getattr(job.method, "bias_only", False)),
-                                                      gen, job.device, pseudo)
+            weight, metrics = job.method.local_train(
+                job.model,
+                job.tokenizer,
+                client,
+                job.cfg.for_round(task.round_idx, job.method.uses_pseudo, getattr(job.method, "bias_only", False)),
+                gen,
+                job.device,
+                pseudo,
+            )
         metrics.update(cache_stats)
         metrics["compute_s"] = time.perf_counter() - start
         params = self.get_params()
         pack = getattr(job.method, "pack_update", None)
-        return ClientUpdate(task.round_idx, task.client_id, pack(params, task.options) if pack else params,
-                            weight, metrics)
+        return ClientUpdate(
+            task.round_idx, task.client_id, pack(params, task.options) if pack else params, weight, metrics
+        )
 
     @contextlib.contextmanager
     def _activation_cache(self, client_id: int) -> Iterator[dict[str, float]]:
@@ -81,8 +88,11 @@ class LocalTrainer:
         try:
             yield stats
             split.cache.save(path)
-            stats.update(cache_hits=float(split.cache.hits), cache_misses=float(split.cache.misses),
-                         cache_bytes=float(sum(t.numel() * t.element_size() for t in split.cache.store.values())))
+            stats.update(
+                cache_hits=float(split.cache.hits),
+                cache_misses=float(split.cache.misses),
+                cache_bytes=float(sum(t.numel() * t.element_size() for t in split.cache.store.values())),
+            )
         finally:
             split.cache = None
 
@@ -93,14 +103,21 @@ class LocalTrainer:
         previous: PseudoLabels = job.store.load_pseudo(client.client_id, trial)
         embedded = (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file()
         with self._activation_cache(client.client_id) as cache_stats:
-            labels, inferred = job.method.label(job.model, client, job.cfg, job.device, previous,
-                                                job.store.client_dir(client.client_id), task.options)
+            labels, inferred = job.method.label(
+                job.model, client, job.cfg, job.device, previous, job.store.client_dir(client.client_id), task.options
+            )
         job.store.save_pseudo(client.client_id, labels, trial)
-        metrics = {"pseudo_count": float(len(labels)), "inferred": float(inferred), "pool": float(len(client.unlabeled)),
-                   "compute_s": time.perf_counter() - start, **cache_stats}
+        metrics = {
+            "pseudo_count": float(len(labels)),
+            "inferred": float(inferred),
+            "pool": float(len(client.unlabeled)),
+            "compute_s": time.perf_counter() - start,
+            **cache_stats,
+        }
         if not embedded and (job.store.client_dir(client.client_id) / EMBEDDINGS_FILE).is_file():
             # the filtering proxy embedded the pool in this pass: on-device compute too
-            metrics["cost_filter_flops"] = proxy_embedding_flops(job.cfg.filter.proxy_model, client.unlabeled.texts,
-                                                              job.cfg.model.max_seq_length)
+            metrics["cost_filter_flops"] = proxy_embedding_flops(
+                job.cfg.filter.proxy_model, client.unlabeled.texts, job.cfg.model.max_seq_length
+            )
         report = {"example_ids": labels.example_ids, "labels": labels.labels}
         return ClientUpdate(task.round_idx, task.client_id, OrderedDict(), 0.0, metrics, report)

@@ -4,6 +4,7 @@ Every process (the in-process runtime, each mpirun rank, each cross-silo client)
 same partition and the same initial model from the same config and seed, so no data has
 to travel; only the round's tasks and the trainable tensors do.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..config import FesConfig, resolve_paths
 from ..data.federated import FederatedData, LabelOracle, build_federated_data, hold_out_validation
-from ..models import load_tokenizer
 from ..errors import FesError
+from ..models import load_tokenizer
 from ..pseudo.store import ClientStore
 from .methods import Method, decides_on_validation, get_method
 from .rundir import lock_run_dir
@@ -57,8 +58,16 @@ def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
     tokenizer = load_tokenizer(cfg.model.model)
     device = select_device(cfg)
     model = method.build_model(cfg, data.classes, tokenizer).to(device)
-    return Job(cfg, data, method, tokenizer, model, device, oracle if role != "client" else None,
-               ClientStore(Path(run_dir) / "clients"))
+    return Job(
+        cfg,
+        data,
+        method,
+        tokenizer,
+        model,
+        device,
+        oracle if role != "client" else None,
+        ClientStore(Path(run_dir) / "clients"),
+    )
 
 
 def federated_data_for(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
@@ -77,6 +86,7 @@ def check_before_run(cfg: FesConfig) -> None:
     so bad input leaves nothing behind."""
     from ..models import resolve_model_path
     from ..pretrain.source import mlm_build_config
+
     resolve_model_path(cfg.model.model)
     check_seq_length(cfg)
     mlm_build_config(cfg)
@@ -85,17 +95,41 @@ def check_before_run(cfg: FesConfig) -> None:
 def check_seq_length(cfg: FesConfig) -> None:
     """model_args.max_seq_length within what the model can embed (its config.json, no weights)."""
     from ..models import max_positions
+
     m = cfg.model
     limit, where = max_positions(m.model)
     if limit is not None and m.max_seq_length > limit:
-        raise FesError(f"model_args.max_seq_length is {m.max_seq_length}, more than the {limit} positions model "
-                       f"{m.model} can embed (max_position_embeddings in {where})")
+        raise FesError(
+            f"model_args.max_seq_length is {m.max_seq_length}, more than the {limit} positions model "
+            f"{m.model} can embed (max_position_embeddings in {where})"
+        )
 
 
 # file stems that say nothing about the data: the run is named after the folder instead
-_GENERIC_STEMS = {"train", "training", "trainset", "train_set", "train_data", "data", "dataset", "datasets",
-                  "data_files", "all", "full", "input", "inputs", "raw", "examples", "labeled", "corpus",
-                  "text", "texts", "file", "files", "partition_files"}
+_GENERIC_STEMS = {
+    "train",
+    "training",
+    "trainset",
+    "train_set",
+    "train_data",
+    "data",
+    "dataset",
+    "datasets",
+    "data_files",
+    "all",
+    "full",
+    "input",
+    "inputs",
+    "raw",
+    "examples",
+    "labeled",
+    "corpus",
+    "text",
+    "texts",
+    "file",
+    "files",
+    "partition_files",
+}
 _DATA_SUFFIXES = {".csv", ".tsv", ".jsonl", ".json", ".txt", ".h5", ".hdf5", ".gz", ".bz2", ".xz", ".zip"}
 
 
@@ -138,8 +172,9 @@ def dataset_label(cfg: FesConfig) -> str:
 
 def default_run_name(cfg: FesConfig) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (f"{cfg.train.method}-{dataset_label(cfg)}-s{cfg.common.random_seed}-{stamp}-"
-            f"{int(time.time() * 1e3) % 1000:03d}")
+    return (
+        f"{cfg.train.method}-{dataset_label(cfg)}-s{cfg.common.random_seed}-{stamp}-{int(time.time() * 1e3) % 1000:03d}"
+    )
 
 
 def make_run_dir(cfg: FesConfig, run_dir: str | None = None, lock: bool = False) -> Path:

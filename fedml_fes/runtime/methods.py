@@ -4,6 +4,7 @@ One few-shot method covers the baselines and ablations of the paper's Table 1 th
 switches (model kind, pseudo labeling, tuning mode); `fedbert_mlm` builds an MLM head.
 Adding a method does not touch the transports. Registered by `train_args.method`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,9 +25,20 @@ from ..errors import FesError
 from ..models import build_classifier, build_masked_lm, build_prompt_lm, is_causal_lm, skeleton
 from ..precision import autocast_for
 from ..pretrain.cache import load_cached_info, save_mlm
-from ..pretrain.mlm import (build_steps, check_mlm_settings, frequent_vocab, init_vocab_bias, log_prior,
-                            lr_factor, masked_token_accuracy, sentence_chunks, set_dropout, token_histogram,
-                            tokenize_texts, train_mlm)
+from ..pretrain.mlm import (
+    build_steps,
+    check_mlm_settings,
+    frequent_vocab,
+    init_vocab_bias,
+    log_prior,
+    lr_factor,
+    masked_token_accuracy,
+    sentence_chunks,
+    set_dropout,
+    token_histogram,
+    tokenize_texts,
+    train_mlm,
+)
 from ..pretrain.source import resolve_mlm_path
 from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
@@ -35,9 +47,16 @@ from ..pseudo.filtering import ProxyEmbedder, cached_order
 from ..pseudo.labeler import select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
-from ..tuning.adapters import KINDS as ADAPTER_KINDS, add_adapters, adapter_plan, capacity_plan
-from ..tuning.autoconfig import (AdapterView, ProgressiveConfigurator, applied_view, load_view, set_lora_scaling,
-                                slice_update)
+from ..tuning.adapters import KINDS as ADAPTER_KINDS
+from ..tuning.adapters import adapter_plan, add_adapters, capacity_plan
+from ..tuning.autoconfig import (
+    AdapterView,
+    ProgressiveConfigurator,
+    applied_view,
+    load_view,
+    set_lora_scaling,
+    slice_update,
+)
 from ..tuning.plan import add_zero_biases, apply_tuning, num_layers, plan_for
 from ..tuning.split import FrozenBottom
 
@@ -48,24 +67,48 @@ class Method(Protocol):
     uses_pseudo: bool
     train_kind: str
 
-    def build_model(self, cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
-                    weights: bool = True) -> nn.Module: ...
+    def build_model(
+        self, cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase, weights: bool = True
+    ) -> nn.Module: ...
 
     def eligible_clients(self, data: FederatedData) -> list[int]: ...
 
-    def local_train(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, client: ClientData, cfg: FesConfig,
-                    generator: torch.Generator, device: torch.device,
-                    pseudo: PseudoLabels | None) -> tuple[float, dict[str, float]]: ...
+    def local_train(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        client: ClientData,
+        cfg: FesConfig,
+        generator: torch.Generator,
+        device: torch.device,
+        pseudo: PseudoLabels | None,
+    ) -> tuple[float, dict[str, float]]: ...
 
-    def label(self, model: nn.Module, client: ClientData, cfg: FesConfig, device: torch.device,
-              previous: PseudoLabels, store_dir: Path, options: dict) -> tuple[PseudoLabels, int]: ...
+    def label(
+        self,
+        model: nn.Module,
+        client: ClientData,
+        cfg: FesConfig,
+        device: torch.device,
+        previous: PseudoLabels,
+        store_dir: Path,
+        options: dict,
+    ) -> tuple[PseudoLabels, int]: ...
 
-    def evaluate(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, test: LabeledTexts, cfg: FesConfig,
-                 device: torch.device) -> dict[str, float]: ...
+    def evaluate(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        test: LabeledTexts,
+        cfg: FesConfig,
+        device: torch.device,
+    ) -> dict[str, float]: ...
 
     def cached_result(self, cfg: FesConfig) -> dict | None: ...
 
-    def save_result(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig, summary: dict) -> dict: ...
+    def save_result(
+        self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig, summary: dict
+    ) -> dict: ...
 
 
 def class_report(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, Any]:
@@ -76,8 +119,11 @@ def class_report(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> dict
     np.add.at(confusion, (labels, np.asarray(pred)), 1)
     support = confusion.sum(1)
     per_class = [float(confusion[c, c] / support[c]) if support[c] else float("nan") for c in range(num_classes)]
-    return {"per_class_acc": per_class, "confusion": confusion.tolist(),
-            "majority_rate": float(support.max() / max(1, support.sum()))}
+    return {
+        "per_class_acc": per_class,
+        "confusion": confusion.tolist(),
+        "majority_rate": float(support.max() / max(1, support.sum())),
+    }
 
 
 def _texts_b(obj) -> tuple | None:
@@ -105,8 +151,9 @@ def pvp_for(cfg: FesConfig, causal: bool = False) -> tuple[str, dict[str, str]]:
     return pvp.pattern(p.pattern_id, causal), pvp.verbalizer(p.pattern_id, causal)
 
 
-def build_prompt_model(cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase,
-                       weights: bool) -> tuple[PromptMLM, PromptAdapter]:
+def build_prompt_model(
+    cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase, weights: bool
+) -> tuple[PromptMLM, PromptAdapter]:
     """The prompt model on the configured backbone (masked or causal LM) and its input adapter."""
     causal = is_causal_lm(cfg.model.model)
     pattern, verbalizer = pvp_for(cfg, causal)
@@ -152,8 +199,11 @@ class FewShot:
             model, self.adapter = build_prompt_model(cfg, classes, tokenizer, weights)
         else:
             self.adapter = HeadAdapter(tokenizer, max_len)
-            model = (build_classifier(cfg.model.model, len(classes), cfg.common.random_seed) if weights
-                     else skeleton(cfg.model.model, masked_lm=False, num_labels=len(classes)))
+            model = (
+                build_classifier(cfg.model.model, len(classes), cfg.common.random_seed)
+                if weights
+                else skeleton(cfg.model.model, masked_lm=False, num_labels=len(classes))
+            )
         self.num_classes = len(classes)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
@@ -187,13 +237,24 @@ class FewShot:
             texts_a += [client.unlabeled.texts[i] for i in rows]
             texts_b += [pool_b[i] if pool_b else None for i in rows]
             soft = cfg.pseudo.soft_labels and pseudo.probs
-            targets.append(np.asarray(pseudo.probs, dtype=np.float32) if soft
-                           else one_hot(pseudo.labels, self.num_classes))
+            targets.append(
+                np.asarray(pseudo.probs, dtype=np.float32) if soft else one_hot(pseudo.labels, self.num_classes)
+            )
         t = cfg.train
-        metrics = train_examples(model, self.adapter, texts_a, texts_b if any(texts_b) else None,
-                                 np.concatenate(targets), epochs=t.epochs, batch_size=t.batch_size,
-                                 lr=t.learning_rate, weight_decay=t.weight_decay, generator=generator, device=device,
-                                 autocast=autocast_for(cfg.common.precision, device))
+        metrics = train_examples(
+            model,
+            self.adapter,
+            texts_a,
+            texts_b if any(texts_b) else None,
+            np.concatenate(targets),
+            epochs=t.epochs,
+            batch_size=t.batch_size,
+            lr=t.learning_rate,
+            weight_decay=t.weight_decay,
+            generator=generator,
+            device=device,
+            autocast=autocast_for(cfg.common.precision, device),
+        )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(len(texts_a)), metrics
 
@@ -210,36 +271,63 @@ class FewShot:
         if not len(pool):
             return previous, 0
         p = cfg.pseudo
-        target = (budget_target(len(pool), float(options["fraction"])) if "fraction" in options
-                  else min(p.per_pass, len(pool)))
+        target = (
+            budget_target(len(pool), float(options["fraction"]))
+            if "fraction" in options
+            else min(p.per_pass, len(pool))
+        )
         method = self.filter_method(cfg)
         if method == "none":
             candidates = np.arange(len(pool))
         else:
             seed = int(np.random.SeedSequence([cfg.common.random_seed, client.client_id, 3]).generate_state(1)[0])
-            order = cached_order(store_dir, pool.texts, method, self._embedder, cfg.filter.knn, cfg.filter.rho, seed,
-                                 cfg.filter.knn_pool_share)
+            order = cached_order(
+                store_dir,
+                pool.texts,
+                method,
+                self._embedder,
+                cfg.filter.knn,
+                cfg.filter.rho,
+                seed,
+                cfg.filter.knn_pool_share,
+            )
             size = max(target, math.ceil(round(len(pool) * candidate_fraction(cfg), 9)))
-            candidates = np.sort(order[:min(len(pool), size)])
+            candidates = np.sort(order[: min(len(pool), size)])
         texts_b = _texts_b(pool)
-        probs = predict_proba(model, self.adapter, [pool.texts[i] for i in candidates],
-                              [texts_b[i] for i in candidates] if texts_b else None,
-                              batch_size=cfg.train.eval_batch_size, device=device,
-                              autocast=autocast_for(cfg.common.precision, device))
+        probs = predict_proba(
+            model,
+            self.adapter,
+            [pool.texts[i] for i in candidates],
+            [texts_b[i] for i in candidates] if texts_b else None,
+            batch_size=cfg.train.eval_batch_size,
+            device=device,
+            autocast=autocast_for(cfg.common.precision, device),
+        )
         keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
-        labels = PseudoLabels(example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
-                              labels=[int(probs[i].argmax()) for i in keep],
-                              probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
-                              passes=previous.passes + 1)
+        labels = PseudoLabels(
+            example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
+            labels=[int(probs[i].argmax()) for i in keep],
+            probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
+            passes=previous.passes + 1,
+        )
         return labels, len(candidates)
 
     def evaluate(self, model, tokenizer, test, cfg, device):
-        probs = predict_proba(model, self.adapter, test.texts, _texts_b(test), batch_size=cfg.train.eval_batch_size,
-                              device=device, autocast=autocast_for(cfg.common.precision, device))
+        probs = predict_proba(
+            model,
+            self.adapter,
+            test.texts,
+            _texts_b(test),
+            batch_size=cfg.train.eval_batch_size,
+            device=device,
+            autocast=autocast_for(cfg.common.precision, device),
+        )
         true = probs[np.arange(len(test.labels)), np.asarray(test.labels, dtype=np.int64)]
-        return {"test_acc": float((probs.argmax(1) == test.labels).mean()),
-                "test_nll": float(-np.log(np.clip(true, 1e-12, 1.0)).mean()),  # AUG-E's likelihood signal
-                **class_report(probs.argmax(1), test.labels, self.num_classes)}
+        return {
+            "test_acc": float((probs.argmax(1) == test.labels).mean()),
+            "test_nll": float(-np.log(np.clip(true, 1e-12, 1.0)).mean()),  # AUG-E's likelihood signal
+            **class_report(probs.argmax(1), test.labels, self.num_classes),
+        }
 
     def cached_result(self, cfg):
         return None
@@ -285,8 +373,14 @@ class AdapterTuning(FewShot):
         if self.start_view is None:
             return None
         a = cfg.adapter
-        return ProgressiveConfigurator(self.start_view, self.plan.depth, self.plan.width, a.trial_rounds,
-                                       a.trial_share, seed=cfg.common.random_seed)
+        return ProgressiveConfigurator(
+            self.start_view,
+            self.plan.depth,
+            self.plan.width,
+            a.trial_rounds,
+            a.trial_share,
+            seed=cfg.common.random_seed,
+        )
 
     def task_scope(self, model, options):
         """Train under the task's configuration (a `view` option), else as built."""
@@ -342,10 +436,13 @@ class FedBertMlm:
             # the sum of the clients' token histograms; every process derives the same one
             # from the same partition, as it does the initial model
             from ..data.federated import build_federated_data
+
             data, _ = build_federated_data(cfg)
             max_len = cfg.model.max_seq_length
-            counts = token_histogram([ids for c in data.clients for ids in self._client_text(c, tokenizer, max_len)[1]],
-                                     model.get_output_embeddings().weight.shape[0])
+            counts = token_histogram(
+                [ids for c in data.clients for ids in self._client_text(c, tokenizer, max_len)[1]],
+                model.get_output_embeddings().weight.shape[0],
+            )
             if cfg.mlm.unigram_bias:
                 init_vocab_bias(model, log_prior(counts))
             if cfg.mlm.train_vocab:
@@ -365,14 +462,17 @@ class FedBertMlm:
     def task_round(cfg, client_id: int, generator: torch.Generator) -> int:
         """The round of the running task: the one whose task seed seeded `generator`."""
         from .tasks import task_seed
+
         seed = generator.initial_seed()
         for r in range(cfg.train.comm_round):
             if task_seed(cfg.common.random_seed, r, client_id) == seed:
                 return r
         if cfg.mlm.lr_schedule == "constant" and not cfg.mlm.warmup_fraction:
             return 0  # no schedule: the round does not matter
-        raise FesError(f"fedbert_mlm: cannot place a task of client {client_id} in the lr schedule "
-                       f"(its generator was not seeded with the task seed of any round)")
+        raise FesError(
+            f"fedbert_mlm: cannot place a task of client {client_id} in the lr schedule "
+            f"(its generator was not seeded with the task seed of any round)"
+        )
 
     def local_train(self, model, tokenizer, client, cfg, generator, device, pseudo):
         texts, token_ids = self._client_text(client, tokenizer, cfg.model.max_seq_length)
@@ -380,12 +480,23 @@ class FedBertMlm:
         first_step = self.task_round(cfg, client.client_id, generator) * m.local_steps
         total, warmup = build_steps(cfg)
         peak = cfg.train.learning_rate
-        metrics = train_mlm(model, tokenizer, texts, steps=m.local_steps, batch_size=cfg.train.batch_size,
-                            lr=peak, weight_decay=cfg.train.weight_decay,
-                            max_len=cfg.model.max_seq_length, prob=m.train_mask_probability or m.mask_probability,
-                            generator=generator, device=device, token_ids=token_ids,
-                            lr_at=lambda i: peak * lr_factor(first_step + i, total, warmup, m.lr_schedule),
-                            on_step=self._on_step, vocab=self._vocab)
+        metrics = train_mlm(
+            model,
+            tokenizer,
+            texts,
+            steps=m.local_steps,
+            batch_size=cfg.train.batch_size,
+            lr=peak,
+            weight_decay=cfg.train.weight_decay,
+            max_len=cfg.model.max_seq_length,
+            prob=m.train_mask_probability or m.mask_probability,
+            generator=generator,
+            device=device,
+            token_ids=token_ids,
+            lr_at=lambda i: peak * lr_factor(first_step + i, total, warmup, m.lr_schedule),
+            on_step=self._on_step,
+            vocab=self._vocab,
+        )
         return float(len(texts)), metrics
 
     def label(self, model, client, cfg, device, previous, store_dir, options):
@@ -393,17 +504,27 @@ class FedBertMlm:
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         texts = sentence_chunks(test.texts)[: cfg.mlm.heldout_texts]
-        acc = masked_token_accuracy(model, tokenizer, texts, batch_size=cfg.train.eval_batch_size,
-                                    max_len=cfg.model.max_seq_length, prob=cfg.mlm.mask_probability,
-                                    seed=1234, device=device)
+        acc = masked_token_accuracy(
+            model,
+            tokenizer,
+            texts,
+            batch_size=cfg.train.eval_batch_size,
+            max_len=cfg.model.max_seq_length,
+            prob=cfg.mlm.mask_probability,
+            seed=1234,
+            device=device,
+        )
         return {"masked_token_acc": acc}
 
     def cached_result(self, cfg):
         return load_cached_info(cfg)
 
     def save_result(self, model, tokenizer, cfg, summary):
-        info = {"masked_token_acc": summary.get("final"), "rounds": summary.get("rounds_completed"),
-                "base_model": cfg.model.model}
+        info = {
+            "masked_token_acc": summary.get("final"),
+            "rounds": summary.get("rounds_completed"),
+            "base_model": cfg.model.model,
+        }
         return {"mlm_path": str(save_mlm(model, tokenizer, cfg, info))}
 
 
@@ -415,12 +536,15 @@ PRESETS = {
     "fedfsl_bias": lambda: FewShot("fedfsl_bias", prompt=True, uses_pseudo=True, tuning="bias"),
     # FeS: prompt + pseudo labels + co-planning + filtering + curriculum pacing, and ablations
     "fes": lambda: FewShot("fes", prompt=True, uses_pseudo=True, tuning="plan", filtering="config", pacing="config"),
-    "fes_no_cp": lambda: FewShot("fes_no_cp", prompt=True, uses_pseudo=True, tuning="full", filtering="config",
-                                 pacing="config"),
-    "fes_no_rf": lambda: FewShot("fes_no_rf", prompt=True, uses_pseudo=True, tuning="plan", filtering="none",
-                                 pacing="config"),
-    "fes_no_dc": lambda: FewShot("fes_no_dc", prompt=True, uses_pseudo=True, tuning="plan", filtering="config",
-                                 pacing="static"),
+    "fes_no_cp": lambda: FewShot(
+        "fes_no_cp", prompt=True, uses_pseudo=True, tuning="full", filtering="config", pacing="config"
+    ),
+    "fes_no_rf": lambda: FewShot(
+        "fes_no_rf", prompt=True, uses_pseudo=True, tuning="plan", filtering="none", pacing="config"
+    ),
+    "fes_no_dc": lambda: FewShot(
+        "fes_no_dc", prompt=True, uses_pseudo=True, tuning="plan", filtering="config", pacing="static"
+    ),
     "fedbert_mlm": FedBertMlm,
     # AutoFedNLP: PEFT adapters / LoRA above a frozen, cached bottom (adapter_args)
     "adapter": lambda: AdapterTuning("adapter", prompt=True, uses_pseudo=False, tuning="adapter"),
@@ -439,7 +563,9 @@ def decides_on_validation(method: Method, cfg: FesConfig) -> bool:
     """Whether the server picks configurations by validation accuracy: FeS's adaptive pacing
     (AUG-E) and AutoFedNLP's progressive configurator. Those runs hold
     pacing_args.val_holdout of the gold labels out of training (`hold_out_validation`)."""
-    adaptive = getattr(method, "uses_pseudo", False) and getattr(method, "pacing_mode", lambda _c: "")(cfg) == "adaptive"
+    adaptive = (
+        getattr(method, "uses_pseudo", False) and getattr(method, "pacing_mode", lambda _c: "")(cfg) == "adaptive"
+    )
     progressive = isinstance(method, AdapterTuning) and cfg.adapter.configurator == "progressive"
     return adaptive or progressive
 

@@ -9,6 +9,7 @@ client's position in the answer (`"0/encoder.layer.5.output.dense.bias"`).
 
 Pure torch: the FedML plugin (`fedml_fes_plugins.fedml_plugin`) and its tests use it.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,17 +50,23 @@ def assign_slots(tasks: list[ClientTask], slots: int) -> dict[int, list[ClientTa
     return plan
 
 
-def pack_plan(params: "OrderedDict[str, torch.Tensor]", round_idx: int, phase: str,
-              tasks: list[ClientTask], slots: int) -> "OrderedDict[str, torch.Tensor]":
+def pack_plan(
+    params: "OrderedDict[str, torch.Tensor]", round_idx: int, phase: str, tasks: list[ClientTask], slots: int
+) -> "OrderedDict[str, torch.Tensor]":
     """The global tensors (empty when no silo needs them) plus the phase's plan."""
-    plan = {"round": round_idx, "phase": phase,
-            "slots": {str(s): [t.to_dict() for t in ts] for s, ts in assign_slots(tasks, slots).items()}}
+    plan = {
+        "round": round_idx,
+        "phase": phase,
+        "slots": {str(s): [t.to_dict() for t in ts] for s, ts in assign_slots(tasks, slots).items()},
+    }
     out = OrderedDict(params)
     out[PLAN_KEY] = encode_json(plan)
     return out
 
 
-def unpack_plan(payload: "OrderedDict[str, torch.Tensor]", slot: int) -> tuple["OrderedDict[str, torch.Tensor]", list[ClientTask]]:
+def unpack_plan(
+    payload: "OrderedDict[str, torch.Tensor]", slot: int
+) -> tuple["OrderedDict[str, torch.Tensor]", list[ClientTask]]:
     """(the global tensors, this silo's tasks); a payload without a plan is an error."""
     if PLAN_KEY not in payload:
         raise FesError(f"the server's message carries no '{PLAN_KEY}': is the server running the FeS aggregator?")
@@ -72,8 +79,16 @@ def pack_updates(updates: list[ClientUpdate]) -> "OrderedDict[str, torch.Tensor]
     out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
     meta = []
     for i, u in enumerate(updates):
-        meta.append({"round": u.round_idx, "client": u.client_id, "weight": u.weight, "metrics": u.metrics,
-                     "report": u.report, "keys": list(u.params)})
+        meta.append(
+            {
+                "round": u.round_idx,
+                "client": u.client_id,
+                "weight": u.weight,
+                "metrics": u.metrics,
+                "report": u.report,
+                "keys": list(u.params),
+            }
+        )
         for k, v in u.params.items():
             out[f"{i}/{k}"] = v
     out[UPDATES_KEY] = encode_json(meta)

@@ -7,6 +7,7 @@ up front (FedML fixes its round count before the first message), so a round with
 labeling event still has its `label` phase, with no task in it. Everything a phase decides
 comes from `RoundServer`: this class only sequences its calls.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -24,8 +25,7 @@ class PhaseSequence:
     called when round r is recorded and before round r+1 is planned: the one moment the server
     holds exactly the state later rounds start from (the checkpoint's)."""
 
-    def __init__(self, server: RoundServer, start_round: int = 0,
-                 on_round_end: Callable[[int], None] | None = None):
+    def __init__(self, server: RoundServer, start_round: int = 0, on_round_end: Callable[[int], None] | None = None):
         self.server = server
         self.per_round = phases_per_round(server.job.method.uses_pseudo)
         self.total = server.num_rounds * self.per_round

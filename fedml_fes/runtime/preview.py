@@ -6,6 +6,7 @@ verbalizer missing a class is one line in seconds, with nothing left behind. The
 built on the meta device (every shape, no weights), which is enough to count the bytes one
 client update sends.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,9 +43,11 @@ def preview_run(cfg: FesConfig) -> list[str]:
         f"partition: {data.num_clients} clients ({d.partition_method}, alpha {d.partition_alpha}); unlabeled pool "
         f"per client min {pools.min()} / median {int(np.median(pools))} / max {pools.max()}",
         f"gold labels: {sum(gold.values()) + held} on {len(gold)} client(s)"
-        + (f", {held} of them held out of training as validation" if held else "") + ": "
+        + (f", {held} of them held out of training as validation" if held else "")
+        + ": "
         + ", ".join(f"{c}: {n}" for c, n in sorted(gold.items())),
-        "gold labels per class, for training: " + ", ".join(f"{name} {n}" for name, n in zip(data.classes, per_class))
+        "gold labels per class, for training: "
+        + ", ".join(f"{name} {n}" for name, n in zip(data.classes, per_class))
         + (f" (no training label for {', '.join(missing)}: only the MLM's prior can predict it)" if missing else ""),
         f"method: {method.name}, {t.comm_round} rounds x {t.client_num_per_round} clients, {late.epochs} local epoch(s), "
         f"batch {t.batch_size}, lr {late.learning_rate:g}",
@@ -52,15 +55,21 @@ def preview_run(cfg: FesConfig) -> list[str]:
     mlm_cfg = mlm_build_config(cfg) if getattr(method, "prompt", False) else None
     if mlm_cfg is not None:
         cached = load_cached_info(mlm_cfg) is not None
-        lines.append(f"MLM head: {mlm_origin(cfg.model.mlm_from, cfg.model.mlm_on_job_data)}, "
-                     + ("cached" if cached else "built first (a one-time federated MLM run), then cached"))
+        lines.append(
+            f"MLM head: {mlm_origin(cfg.model.mlm_from, cfg.model.mlm_on_job_data)}, "
+            + ("cached" if cached else "built first (a one-time federated MLM run), then cached")
+        )
     if getattr(method, "prompt", False):  # FedBERT's MLM build has no prompt
         pattern, verbalizer = pvp_for(cfg, is_causal_lm(cfg.model.model))
-        lines.append(f"prompt: {pattern!r}, verbalizer " + ", ".join(f"{c} -> {verbalizer.get(c, '?')}"
-                                                                      for c in data.classes[:8])
-                     + (" ..." if len(data.classes) > 8 else ""))
+        lines.append(
+            f"prompt: {pattern!r}, verbalizer "
+            + ", ".join(f"{c} -> {verbalizer.get(c, '?')}" for c in data.classes[:8])
+            + (" ..." if len(data.classes) > 8 else "")
+        )
     plan = getattr(method, "plan", None)
-    lines.append(f"trainable: {sum(p.numel() for p in trainable.values()):,} parameters in {len(trainable)} tensors"
-                 + (f" ({plan.describe()})" if plan is not None else "")
-                 + f"; one client update: {payload_bytes(trainable):,} bytes each way")
+    lines.append(
+        f"trainable: {sum(p.numel() for p in trainable.values()):,} parameters in {len(trainable)} tensors"
+        + (f" ({plan.describe()})" if plan is not None else "")
+        + f"; one client update: {payload_bytes(trainable):,} bytes each way"
+    )
     return lines

@@ -14,6 +14,7 @@ lock it again, since its parent holds it for as long as it lives.
 
 No torch here: these checks answer in a fraction of a second.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,8 +60,10 @@ def check_writable_dir(path: str | os.PathLike, what: str) -> None:
 
 
 def _in_use(path: str | os.PathLike, holder: str) -> FesError:
-    return FesError(f"run directory {path} is in use by another live run ({holder or 'another process'}): "
-                    f"wait for it to end or pass another --run-dir")
+    return FesError(
+        f"run directory {path} is in use by another live run ({holder or 'another process'}): "
+        f"wait for it to end or pass another --run-dir"
+    )
 
 
 def _holder(f: IO[str]) -> str:

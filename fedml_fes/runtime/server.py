@@ -10,6 +10,7 @@ adaptive pacing both phases also carry the pacing trials' tasks, on idle clients
 runtime calls these in a loop; the MPI and cross-silo managers call them from message
 handlers. One round logic, several transports.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,26 +21,33 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from ..data.federated import FederatedData
-from ..data.readers import LabeledTexts, stratified_subsample
-from ..errors import FesError
 from ..cost.accounting import TaskRecord, task_seconds
 from ..cost.network import Network
 from ..cost.profiles import load_profile
+from ..data.federated import FederatedData
+from ..data.readers import LabeledTexts, stratified_subsample
+from ..errors import FesError
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
-from ..tuning.autoconfig import AdapterView, expand_update, slice_update
-from ..tuning.split import ActivationCache
 from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
+from ..tuning.autoconfig import AdapterView, expand_update, slice_update
 from ..tuning.params import fedavg, load_trainable, payload_bytes, screen_updates, trainable_state, validate_update
+from ..tuning.split import ActivationCache
 from .job import Job
 from .tasks import ClientTask, ClientUpdate, task_seed
 
 log = logging.getLogger(__name__)
 
 
-LABEL_COLUMNS = ("label_clients", "pseudo_labeled", "pseudo_acc", "inferred", "inferred_fraction",
-                 "label_compute_s_max", "label_bytes_down")
+LABEL_COLUMNS = (
+    "label_clients",
+    "pseudo_labeled",
+    "pseudo_acc",
+    "inferred",
+    "inferred_fraction",
+    "label_compute_s_max",
+    "label_bytes_down",
+)
 
 
 def _sent_bytes(params: Any) -> int:
@@ -47,8 +55,9 @@ def _sent_bytes(params: Any) -> int:
     try:
         return payload_bytes(params)
     except (AttributeError, TypeError):
-        return sum(t.numel() * t.element_size() for t in getattr(params, "values", list)()
-                   if isinstance(t, torch.Tensor))
+        return sum(
+            t.numel() * t.element_size() for t in getattr(params, "values", list)() if isinstance(t, torch.Tensor)
+        )
 
 
 def gold_validation_set(data: FederatedData, limit: int, seed: int) -> LabeledTexts | None:
@@ -71,8 +80,13 @@ class AggregatorLike(Protocol):
 
     def on_before_aggregation(self, raw: list) -> tuple[list, list[int]]: ...
 
-    def aggregate(self, raw: list, senders: list[str] | None = None, on_reject: Callable[[str], None] | None = None,
-                  reference: "OrderedDict[str, torch.Tensor] | None" = None) -> "OrderedDict[str, torch.Tensor]": ...
+    def aggregate(
+        self,
+        raw: list,
+        senders: list[str] | None = None,
+        on_reject: Callable[[str], None] | None = None,
+        reference: "OrderedDict[str, torch.Tensor] | None" = None,
+    ) -> "OrderedDict[str, torch.Tensor]": ...
 
     def on_after_aggregation(self, params: "OrderedDict[str, torch.Tensor]") -> "OrderedDict[str, torch.Tensor]": ...
 
@@ -107,8 +121,9 @@ class FedAvgCore:
         """The model's trainable tensors as they are (no copy)."""
         return OrderedDict((n, p.detach()) for n, p in self.job.model.named_parameters() if p.requires_grad)
 
-    def aggregate(self, raw, senders: list[str] | None = None, on_reject: Callable[[str], None] | None = None,
-                  reference=None):
+    def aggregate(
+        self, raw, senders: list[str] | None = None, on_reject: Callable[[str], None] | None = None, reference=None
+    ):
         """FedAvg of the entries of `raw` ((weight, tensors) pairs) that pass the screen.
         `senders` names them (FedML's hook passes none: 'entry <i>'); each rejection's reason
         goes to `on_reject` (the round server: events.log), else to this module's log.
@@ -179,16 +194,27 @@ class RoundServer:
         self._trial_counts: dict[int, int] = {}  # pseudo labels each trial client holds
         self._trainers: list[int] = []  # this round's training sample, drawn in plan_labeling
         self.pacer: PacingConfigurator | None = None
-        self.val_set = (gold_validation_set(self.job.data, pc.val_examples, self.cfg.common.random_seed)
-                        if self.job.method.primary_metric == "test_acc" else None)
+        self.val_set = (
+            gold_validation_set(self.job.data, pc.val_examples, self.cfg.common.random_seed)
+            if self.job.method.primary_metric == "test_acc"
+            else None
+        )
         self.last_val = self._validate() if self.val_set is not None else float("nan")
         self.initial_val = self.last_val
         if self.pacing_mode == "adaptive":
             if self.val_set is None:
                 raise FesError("adaptive pacing scores configurations on the gold labels, but no client holds one")
-            self.pacer = PacingConfigurator(parse_grid(pc.grid), pc.trial_rounds, pc.top, pc.switch_threshold,
-                                            pc.infer_latency_s, pc.train_latency_s, pc.eta, pc.theta,
-                                            pc.parallel_trials)
+            self.pacer = PacingConfigurator(
+                parse_grid(pc.grid),
+                pc.trial_rounds,
+                pc.top,
+                pc.switch_threshold,
+                pc.infer_latency_s,
+                pc.train_latency_s,
+                pc.eta,
+                pc.theta,
+                pc.parallel_trials,
+            )
 
     def _setup_configurator(self) -> None:
         """AutoFedNLP's online adapter configuration (adapter_args.configurator: progressive):
@@ -200,15 +226,18 @@ class RoundServer:
         if self.autoconf is None:
             return
         if self.val_set is None:
-            raise FesError("the progressive adapter configurator scores configurations on the gold labels, "
-                           "but no client holds one")
+            raise FesError(
+                "the progressive adapter configurator scores configurations on the gold labels, but no client holds one"
+            )
         c = self.cfg.cost
         self._device = load_profile(c.devices[0] if c.devices else "jetson_tx2", c.device_dir or None)
         self._network = Network(c.bandwidth_MBps, c.uplink_MBps or c.bandwidth_MBps)
-        self.recorder.log_event(f"configurator: start at {self.autoconf.main.name} (adapters from layer "
-                                f"{self.autoconf.main.depth}, width {self.autoconf.main.width}); capacity from layer "
-                                f"{self.autoconf.min_depth}, width {self.autoconf.max_width}; device "
-                                f"{self._device.name}")
+        self.recorder.log_event(
+            f"configurator: start at {self.autoconf.main.name} (adapters from layer "
+            f"{self.autoconf.main.depth}, width {self.autoconf.main.width}); capacity from layer "
+            f"{self.autoconf.min_depth}, width {self.autoconf.max_width}; device "
+            f"{self._device.name}"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """What later rounds read, taken between rounds (after `finish_round`, before the next
@@ -221,11 +250,15 @@ class RoundServer:
         return {
             "global": OrderedDict((k, v.detach().to("cpu", copy=True)) for k, v in self._global.items()),
             "pseudo_counts": {int(c): int(n) for c, n in self.pseudo_counts.items()},
-            "events": self.events, "fraction": self.fraction, "last_event": self._last_event,
+            "events": self.events,
+            "fraction": self.fraction,
+            "last_event": self._last_event,
             "trial_counts": {int(c): int(n) for c, n in self._trial_counts.items()},
             "pacer": self.pacer.state_dict() if self.pacer is not None else None,
-            "last_val": self.last_val, "initial_val": self.initial_val,
-            "initial": _plain(self.initial), "last_test": _plain(self.last_test),
+            "last_val": self.last_val,
+            "initial_val": self.initial_val,
+            "initial": _plain(self.initial),
+            "last_test": _plain(self.last_test),
             "last_scores": _plain(self.last_scores),
             "configurator": self.autoconf.state_dict() if self.autoconf is not None else None,
         }
@@ -288,8 +321,9 @@ class RoundServer:
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
         weights = None
         if self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels":
-            held = np.array([max(1, self._gold_counts.get(c, 0) + self.pseudo_counts.get(c, 0)) for c in eligible],
-                            dtype=float)
+            held = np.array(
+                [max(1, self._gold_counts.get(c, 0) + self.pseudo_counts.get(c, 0)) for c in eligible], dtype=float
+            )
             weights = held / held.sum()
         return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False, p=weights))
 
@@ -351,8 +385,9 @@ class RoundServer:
             if trial.labels_in(round_idx):
                 events = (round_idx - trial.start_round) // trial.config.f + 1
                 options = {"fraction": trial.fraction + events * trial.config.k / 100.0, "trial": i}
-                tasks += [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options))
-                          for c in trial.group]
+                tasks += [
+                    ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in trial.group
+                ]
         return tasks
 
     def finish_labeling(self, round_idx: int, results: list[ClientUpdate]) -> None:
@@ -377,8 +412,10 @@ class RoundServer:
             "pseudo_labeled": len(ids),
             "pseudo_acc": oracle.accuracy(ids, labels) if oracle is not None else float("nan"),
             "inferred": int(sum(r.metrics.get("inferred", 0) for r in results)),
-            "inferred_fraction": (sum(r.metrics.get("inferred", 0) for r in results)
-                                  / max(1.0, sum(r.metrics.get("pool", 0) for r in results))),
+            "inferred_fraction": (
+                sum(r.metrics.get("inferred", 0) for r in results)
+                / max(1.0, sum(r.metrics.get("pool", 0) for r in results))
+            ),
             "label_compute_s_max": max((r.metrics.get("compute_s", 0.0) for r in results), default=0.0),
             "label_bytes_down": down * len(results),
         }
@@ -388,12 +425,22 @@ class RoundServer:
             self._round_started = time.perf_counter()
         seed = self.cfg.common.random_seed
         kind = self.job.method.train_kind
-        trials = [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c), {"trial": i})
-                  for c, i in sorted(self._trial_of.items()) if self._trial_counts.get(c, 0) > 0]
+        trials = [
+            ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c), {"trial": i})
+            for c, i in sorted(self._trial_of.items())
+            if self._trial_counts.get(c, 0) > 0
+        ]
         self._view_of = self.autoconf.assign(round_idx, self._trainers) if self.autoconf is not None else {}
-        return [ClientTask(round_idx, c, kind, task_seed(seed, round_idx, c),
-                           {"view": self._view_of[c].as_option()} if c in self._view_of else {})
-                for c in self._trainers] + trials
+        return [
+            ClientTask(
+                round_idx,
+                c,
+                kind,
+                task_seed(seed, round_idx, c),
+                {"view": self._view_of[c].as_option()} if c in self._view_of else {},
+            )
+            for c in self._trainers
+        ] + trials
 
     def global_params(self) -> "OrderedDict[str, torch.Tensor]":
         """What the runtimes send down: the trainable tensors (under the adapter configurator,
@@ -424,20 +471,23 @@ class RoundServer:
         raw, idxs = self.aggregator.on_before_aggregation([(u.weight, u.params) for u in updates])
         order = [updates[i] for i in idxs] if len(idxs) == len(raw) else updates
         names = [f"client {u.client_id}" for u in order]
-        quiet = tuple(f"update from client {u.client_id} " for u in order
-                      if logged is not None and u.client_id not in logged)
+        quiet = tuple(
+            f"update from client {u.client_id} " for u in order if logged is not None and u.client_id not in logged
+        )
 
         def on_reject(reason: str) -> None:
             if not reason.startswith(quiet):
                 self.recorder.log_event(f"round {round_idx}: rejected {reason}")
+
         new = self.aggregator.aggregate(raw, senders=names, on_reject=on_reject, reference=reference)
         dropped = {i for i, _ in getattr(self.aggregator, "last_rejected", ())}
         out = {id(u) for i, u in enumerate(order) if i not in dropped}
         kept = [u for u in updates if id(u) in out]
         return kept, (self.aggregator.on_after_aggregation(new) if kept else None)
 
-    def _score_trials(self, round_idx: int, trial_updates: list[ClientUpdate], reference,
-                      main: list[ClientUpdate]) -> list[ClientUpdate]:
+    def _score_trials(
+        self, round_idx: int, trial_updates: list[ClientUpdate], reference, main: list[ClientUpdate]
+    ) -> list[ClientUpdate]:
         """Each running trial's group updates, averaged with the round's main updates into a
         throw-away model from the global one: the round as it would have been had the trial's
         configuration labeled too. Its gain over the global model on the gold validation set
@@ -470,9 +520,16 @@ class RoundServer:
                 out.append(u)
                 continue
             try:
-                out.append(ClientUpdate(u.round_idx, u.client_id, expand_update(u.params, reference, view,
-                                                                                f"client {u.client_id}"),
-                                        u.weight, u.metrics, u.report))
+                out.append(
+                    ClientUpdate(
+                        u.round_idx,
+                        u.client_id,
+                        expand_update(u.params, reference, view, f"client {u.client_id}"),
+                        u.weight,
+                        u.metrics,
+                        u.report,
+                    )
+                )
             except FesError as e:
                 self.recorder.log_event(f"round {round_idx}: rejected {e}")
         return out
@@ -495,9 +552,22 @@ class RoundServer:
                 continue
             self.aggregator.set_model_params(new)
             gains[view] = self._validate() - self.last_val
-            costs[view] = float(np.mean([sum(task_seconds(TaskRecord.from_row(
-                cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id])), self._device,
-                self._network)) for u in group]))
+            costs[view] = float(
+                np.mean(
+                    [
+                        sum(
+                            task_seconds(
+                                TaskRecord.from_row(
+                                    cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id])
+                                ),
+                                self._device,
+                                self._network,
+                            )
+                        )
+                        for u in group
+                    ]
+                )
+            )
         self.aggregator.set_model_params(reference)
         main = self.autoconf.main
         events, upgraded = self.autoconf.finish_round(round_idx, gains, costs)
@@ -527,8 +597,12 @@ class RoundServer:
             accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
         travelled = (configured or accepted) + trial_updates  # every update the round received and used
         ok = {id(u) for u in accepted + trial_updates + configured}
-        self.cost_log.append([cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id],
-                                       accepted=id(u) in ok) for u in updates])
+        self.cost_log.append(
+            [
+                cost_row(round_idx, "train", u.client_id, u.metrics, down, sent[u.client_id], accepted=id(u) in ok)
+                for u in updates
+            ]
+        )
         if not accepted:  # the global model stays as it was
             self.aggregator.set_model_params(reference)
             raise FesError(f"round {round_idx}: no valid client update to aggregate")

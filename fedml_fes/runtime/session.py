@@ -5,6 +5,7 @@ Opens the recorder, checks the method's cache, saves a checkpoint after every ro
 completed, failed or interrupted, always writing summary.json (rows already in metrics.csv
 are never lost).
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,16 @@ from typing import Any
 
 from ..errors import FesError
 from ..report.metrics import RunRecorder
-from .checkpoint import (CHECKPOINT_FILE, config_differences, config_mismatch, load_checkpoint, clear_earlier_run,
-                         restore_files, result_config, save_checkpoint)
+from .checkpoint import (
+    CHECKPOINT_FILE,
+    clear_earlier_run,
+    config_differences,
+    config_mismatch,
+    load_checkpoint,
+    restore_files,
+    result_config,
+    save_checkpoint,
+)
 from .job import Job
 from .phases import PhaseSequence
 from .server import CLASS_DETAILS, AggregatorLike, RoundServer
@@ -50,11 +59,19 @@ class ServerSession:
         return PhaseSequence(self.server, start_round=self.next_round, on_round_end=self.save_checkpoint)
 
     def save_checkpoint(self, round_idx: int) -> None:
-        save_checkpoint(self.run_dir, round_idx, {
-            "server": self.server.state_dict(), "recorder": self.recorder.state_dict(),
-            "config": result_config(self.job.cfg), "num_rounds": self.server.num_rounds,
-            "primary_metric": self.job.method.primary_metric, "classes": list(self.job.data.classes),
-            "runtime": self.runtime})
+        save_checkpoint(
+            self.run_dir,
+            round_idx,
+            {
+                "server": self.server.state_dict(),
+                "recorder": self.recorder.state_dict(),
+                "config": result_config(self.job.cfg),
+                "num_rounds": self.server.num_rounds,
+                "primary_metric": self.job.method.primary_metric,
+                "classes": list(self.job.data.classes),
+                "runtime": self.runtime,
+            },
+        )
         self.checkpointed = round_idx
 
     def _resume(self) -> None:
@@ -67,8 +84,9 @@ class ServerSession:
         self.recorder.load_state_dict(state["recorder"])
         self.server.cost_log.continue_file()
         self.checkpointed = int(state["round"])
-        self.recorder.log_event(f"resumed from round {self.next_round} (rounds 0-{self.checkpointed} restored "
-                                f"from {CHECKPOINT_FILE})")
+        self.recorder.log_event(
+            f"resumed from round {self.next_round} (rounds 0-{self.checkpointed} restored from {CHECKPOINT_FILE})"
+        )
 
     def interrupt(self, reason: str) -> dict[str, Any]:
         """Stop now (a signal): the round in progress is abandoned. A round already recorded but
@@ -80,20 +98,36 @@ class ServerSession:
         return self.fail(reason, status="interrupted")
 
     def complete(self) -> dict[str, Any]:
-        extra = self.job.method.save_result(self.job.model, self.job.tokenizer, self.job.cfg,
-                                            {"final": self._final(), "rounds_completed": len(self.recorder.rows)})
+        extra = self.job.method.save_result(
+            self.job.model,
+            self.job.tokenizer,
+            self.job.cfg,
+            {"final": self._final(), "rounds_completed": len(self.recorder.rows)},
+        )
         from ..precision import describe_device
-        summary = self.recorder.finish("completed", runtime=self.runtime, run_dir=str(self.run_dir),
-                                       initial=self._initial(), test=self._test(),
-                                       device=describe_device(self.job.device, self.job.cfg.common.precision),
-                                       **extra)
+
+        summary = self.recorder.finish(
+            "completed",
+            runtime=self.runtime,
+            run_dir=str(self.run_dir),
+            initial=self._initial(),
+            test=self._test(),
+            device=describe_device(self.job.device, self.job.cfg.common.precision),
+            **extra,
+        )
         self.closed = True
         self._plot()
         return summary
 
     def fail(self, error: str, status: str = "failed") -> dict[str, Any]:
-        summary = self.recorder.finish(status, error=error, runtime=self.runtime, run_dir=str(self.run_dir),
-                                       initial=self._initial(), test=self._test())
+        summary = self.recorder.finish(
+            status,
+            error=error,
+            runtime=self.runtime,
+            run_dir=str(self.run_dir),
+            initial=self._initial(),
+            test=self._test(),
+        )
         self.closed = True
         self._plot()
         return summary
@@ -101,6 +135,7 @@ class ServerSession:
     def _plot(self) -> None:
         """accuracy.png beside summary.json; a figure that cannot be drawn never costs the run."""
         from ..report.run_plot import plot_run
+
         try:
             plot_run(self.run_dir)
         except Exception as e:  # matplotlib/backend trouble: the run's files are already written
@@ -122,13 +157,15 @@ class ServerSession:
         return scored[-1] if scored else None
 
 
-def summary_from_checkpoint(run_dir: Path, primary_metric: str, runtime: str, status: str, error: str,
-                            since: float | None = None) -> dict[str, Any]:
+def summary_from_checkpoint(
+    run_dir: Path, primary_metric: str, runtime: str, status: str, error: str, since: float | None = None
+) -> dict[str, Any]:
     """summary.json where no live session can write it: a run stopped before its session
     existed, or an mpirun whose server rank was killed. It holds the rounds and scores of the
     run's checkpoint (what `--resume` continues after), taken only if the checkpoint was written
     at or after `since` (a launch's start; None: any), else none."""
     import os
+
     run_dir = Path(run_dir)
     recorder = RunRecorder(run_dir, primary_metric)
     extra: dict[str, Any] = {}

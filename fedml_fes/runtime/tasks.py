@@ -1,4 +1,5 @@
 """Messages of the round protocol, as plain data that any transport can carry."""
+
 from __future__ import annotations
 
 from collections import OrderedDict

@@ -12,6 +12,7 @@ for encoders exposing `embeddings` and `encoder.layer` (BERT, RoBERTa and relati
 `tuning/split.py` does; the body runs the model's own forward (its attention-mask code)
 with a pass-through in place of the embeddings.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,15 @@ from ..models import mlm_head
 class _PassThrough(nn.Module):
     """Stands in for the embeddings on the server: the body's input is the client's activations."""
 
-    def forward(self, input_ids=None, position_ids=None, token_type_ids=None, inputs_embeds=None,
-                past_key_values_length: int = 0, **kwargs) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids=None,
+        position_ids=None,
+        token_type_ids=None,
+        inputs_embeds=None,
+        past_key_values_length: int = 0,
+        **kwargs,
+    ) -> torch.Tensor:
         return inputs_embeds
 
 
@@ -50,10 +58,15 @@ def _swapped(obj: nn.Module, **attrs) -> Iterator[None]:
 def _layers(model: PreTrainedModel) -> nn.ModuleList:
     base = model.base_model
     encoder = getattr(base, "encoder", None)
-    if not hasattr(base, "embeddings") or encoder is None or not isinstance(getattr(encoder, "layer", None),
-                                                                            nn.ModuleList):
-        raise FesError(f"{type(model).__name__} has no embeddings/encoder.layer: split learning supports "
-                       f"BERT/RoBERTa-style encoders")
+    if (
+        not hasattr(base, "embeddings")
+        or encoder is None
+        or not isinstance(getattr(encoder, "layer", None), nn.ModuleList)
+    ):
+        raise FesError(
+            f"{type(model).__name__} has no embeddings/encoder.layer: split learning supports "
+            f"BERT/RoBERTa-style encoders"
+        )
     return encoder.layer
 
 
@@ -116,11 +129,15 @@ def split_model(model: PreTrainedModel, task: str, client_layers: int = 0) -> tu
     """Copies of `model`'s client part and server body; `model` itself is left as it was."""
     layers = _layers(model)
     if not 0 <= client_layers < len(layers):
-        raise FesError(f"split_args.client_layers must be below the model's {len(layers)} encoder layers "
-                       f"(the server needs at least one), got {client_layers}")
+        raise FesError(
+            f"split_args.client_layers must be below the model's {len(layers)} encoder layers "
+            f"(the server needs at least one), got {client_layers}"
+        )
     base = model.base_model
-    with _swapped(base.encoder, layer=nn.ModuleList(list(layers)[client_layers:])), \
-            _swapped(base, embeddings=_PassThrough(), pooler=None):
+    with (
+        _swapped(base.encoder, layer=nn.ModuleList(list(layers)[client_layers:])),
+        _swapped(base, embeddings=_PassThrough(), pooler=None),
+    ):
         body = ServerBody(copy.deepcopy(base))
     with _swapped(base.encoder, layer=nn.ModuleList(list(layers)[:client_layers])):
         client = ClientPart(copy.deepcopy(model), task)
@@ -156,8 +173,9 @@ def body_name_in_model(model: PreTrainedModel, name: str, client_layers: int) ->
     return ".".join([prefix, *parts]) if prefix and hasattr(model, prefix) else ".".join(parts)
 
 
-def merged_params(model: PreTrainedModel, client: ClientPart, body: ServerBody,
-                  client_layers: int) -> dict[str, torch.Tensor]:
+def merged_params(
+    model: PreTrainedModel, client: ClientPart, body: ServerBody, client_layers: int
+) -> dict[str, torch.Tensor]:
     """Client and body parameters under the whole model's names."""
     out = {name.removeprefix("model."): t for name, t in params_of(client).items()}
     out.update({body_name_in_model(model, name, client_layers): t for name, t in params_of(body).items()})

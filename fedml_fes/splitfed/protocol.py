@@ -17,6 +17,7 @@ and the pushed client parts, weighted by the clients' example counts (FedAvg of 
 `sequential` (SplitNN): clients train one after another on the one body; the client part
 pushed by one is what the next pulls.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,15 @@ _DATA, _CLIENT_RNG, _SERVER_RNG = 1, 2, 3
 
 def stream_seed(seed: int, round_idx: int, client_id: int, stream: int) -> int:
     """A 63-bit seed for one random stream of one client in one round."""
-    return int(torch.randint(2**62, (1,), generator=torch.Generator().manual_seed(
-        (seed * 1_000_003 + round_idx) * 1_000_033 + client_id * 7 + stream)))
+    return int(
+        torch.randint(
+            2**62,
+            (1,),
+            generator=torch.Generator().manual_seed(
+                (seed * 1_000_003 + round_idx) * 1_000_033 + client_id * 7 + stream
+            ),
+        )
+    )
 
 
 class Link(Protocol):
@@ -60,8 +68,9 @@ class Settings:
 
 
 def _optimizer(module: nn.Module, s: Settings) -> torch.optim.Optimizer:
-    return torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=s.learning_rate,
-                             weight_decay=s.weight_decay)
+    return torch.optim.AdamW(
+        [p for p in module.parameters() if p.requires_grad], lr=s.learning_rate, weight_decay=s.weight_decay
+    )
 
 
 @dataclass
@@ -111,8 +120,12 @@ class SplitServer:
         session = self.sessions.get(client_id)
         if session is None:
             raise FesError(f"split server: client {client_id} is not in round {self.round_idx}")
-        handler = {"model_pull": self._pull, "activations": self._forward, "gradients": self._backward,
-                   "model_push": self._push}.get(kind)
+        handler = {
+            "model_pull": self._pull,
+            "activations": self._forward,
+            "gradients": self._backward,
+            "model_push": self._push,
+        }.get(kind)
         if handler is None:
             raise FesError(f"split server: unknown message kind '{kind}'")
         reply = handler(session, payload)
@@ -181,8 +194,16 @@ def _average(dicts: list[dict[str, torch.Tensor]], weights: list[float]) -> dict
     return out
 
 
-def split_step(part: ClientPart, opt: torch.optim.Optimizer, link: Link, client_id: int, batch: Batch,
-               rng: PartyRng, wire: torch.dtype, device: torch.device) -> float:
+def split_step(
+    part: ClientPart,
+    opt: torch.optim.Optimizer,
+    link: Link,
+    client_id: int,
+    batch: Batch,
+    rng: PartyRng,
+    wire: torch.dtype,
+    device: torch.device,
+) -> float:
     """One split training step on the client's side: bottom forward, activations up, head
     forward and backward on the rows that come down, their gradients up, the cut's
     gradients down, bottom backward, optimizer step. Returns the loss."""
@@ -191,8 +212,9 @@ def split_step(part: ClientPart, opt: torch.optim.Optimizer, link: Link, client_
     with rng.active():
         hidden = part.bottom(ids, mask)
     needed = part.needed(ids, targets)
-    up = pack({"hidden": hidden.detach().to(wire), "attention_mask": mask.to(torch.uint8),
-               "needed": needed.to(torch.uint8)})
+    up = pack(
+        {"hidden": hidden.detach().to(wire), "attention_mask": mask.to(torch.uint8), "needed": needed.to(torch.uint8)}
+    )
     rows = unpack(link.exchange("activations", client_id, up))[0]["rows"].to(device, torch.float32)
     rows.requires_grad_()
     with rng.active():
@@ -228,11 +250,17 @@ class SplitClient:
         gen = torch.Generator().manual_seed(stream_seed(s.seed, round_idx, client_id, _DATA))
         rng = PartyRng(stream_seed(s.seed, round_idx, client_id, _CLIENT_RNG))
         sampler = BatchSampler(self.part.task, shard, self.tok, s.batch_size, s.mask_prob, gen)
-        losses = [split_step(self.part, opt, link, client_id, sampler.next(), rng, self.wire, s.device)
-                  for _ in range(s.local_steps)]
+        losses = [
+            split_step(self.part, opt, link, client_id, sampler.next(), rng, self.wire, s.device)
+            for _ in range(s.local_steps)
+        ]
         link.exchange("model_push", client_id, pack(params_of(self.part), {"examples": len(shard)}))
-        return {"client_id": client_id, "train_loss": sum(losses) / len(losses), "steps": len(losses),
-                "examples": len(shard)}
+        return {
+            "client_id": client_id,
+            "train_loss": sum(losses) / len(losses),
+            "steps": len(losses),
+            "examples": len(shard),
+        }
 
 
 class LocalLink:

@@ -6,6 +6,7 @@ evaluation, metrics.csv / summary.json. `ClientSide` is what a process that play
 holds. `run_in_process` drives both with a `LocalLink`; `fedml_fes_plugins.runtimes.split_mpi`
 drives the same two objects over MPI, so the rows match for the same config and seed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,6 +38,7 @@ def primary_metric(cfg: FesConfig) -> str:
 
 def default_run_name(cfg: FesConfig) -> str:
     from ..runtime.job import dataset_label
+
     s = cfg.split_args
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"split_{s.task}_{s.schedule}-{dataset_label(cfg)}-s{cfg.common.random_seed}-{stamp}"
@@ -44,15 +46,24 @@ def default_run_name(cfg: FesConfig) -> str:
 
 def make_split_run_dir(cfg: FesConfig, run_dir: str | None = None, lock: bool = False) -> Path:
     from ..runtime.job import make_run_dir  # imported here: client ranks need none of its imports
+
     name = run_dir or str(Path(cfg.common.output_dir) / (cfg.common.run_name or default_run_name(cfg)))
     return make_run_dir(cfg, name, lock=lock)
 
 
 def settings_of(cfg: FesConfig, device: torch.device) -> Settings:
     s, t, m = cfg.split_args, cfg.train, cfg.mlm
-    return Settings(schedule=s.schedule, learning_rate=t.learning_rate, weight_decay=t.weight_decay,
-                    wire_dtype=s.wire_dtype, seed=cfg.common.random_seed, local_steps=s.local_steps,
-                    batch_size=t.batch_size, mask_prob=m.train_mask_probability or m.mask_probability, device=device)
+    return Settings(
+        schedule=s.schedule,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        wire_dtype=s.wire_dtype,
+        seed=cfg.common.random_seed,
+        local_steps=s.local_steps,
+        batch_size=t.batch_size,
+        mask_prob=m.train_mask_probability or m.mask_probability,
+        device=device,
+    )
 
 
 def build_model(cfg: FesConfig, num_classes: int) -> torch.nn.Module:
@@ -68,8 +79,15 @@ def build_model(cfg: FesConfig, num_classes: int) -> torch.nn.Module:
 class ClientSide:
     """A process that plays clients: the data, a client-part template, the tokenizer."""
 
-    def __init__(self, cfg: FesConfig, data: FederatedData, oracle: LabelOracle | None, tokenizer,
-                 part: ClientPart, device: torch.device):
+    def __init__(
+        self,
+        cfg: FesConfig,
+        data: FederatedData,
+        oracle: LabelOracle | None,
+        tokenizer,
+        part: ClientPart,
+        device: torch.device,
+    ):
         self.cfg, self.data, self.oracle, self.tok = cfg, data, oracle, tokenizer
         self._shards: dict[int, Shard] = {}
         self.client = SplitClient(part, self.shard, tokenizer, settings_of(cfg, device))
@@ -78,8 +96,9 @@ class ClientSide:
         """The client's training examples, tokenized on first use."""
         if client_id not in self._shards:
             s = self.cfg.split_args
-            self._shards[client_id] = make_shard(s.task, self.data.clients[client_id], self.oracle, self.tok,
-                                                 self.cfg.model.max_seq_length, s.labels)
+            self._shards[client_id] = make_shard(
+                s.task, self.data.clients[client_id], self.oracle, self.tok, self.cfg.model.max_seq_length, s.labels
+            )
         return self._shards[client_id]
 
 
@@ -124,17 +143,32 @@ def prepare(cfg: FesConfig, role: str) -> tuple[FederatedData, LabelOracle | Non
 class SplitRun:
     """The server side of a split-learning run: rounds, evaluation, records."""
 
-    def __init__(self, cfg: FesConfig, run_dir: Path, data: FederatedData, tokenizer, model: torch.nn.Module,
-                 device: torch.device):
-        self.cfg, self.run_dir, self.data, self.tok, self.model, self.device = (cfg, Path(run_dir), data, tokenizer,
-                                                                                 model, device)
+    def __init__(
+        self,
+        cfg: FesConfig,
+        run_dir: Path,
+        data: FederatedData,
+        tokenizer,
+        model: torch.nn.Module,
+        device: torch.device,
+    ):
+        self.cfg, self.run_dir, self.data, self.tok, self.model, self.device = (
+            cfg,
+            Path(run_dir),
+            data,
+            tokenizer,
+            model,
+            device,
+        )
         s = cfg.split_args
         client, body = split_model(model, s.task, s.client_layers)
         self.server = SplitServer(client, body, settings_of(cfg, device))
         self.eligible = eligible_clients(cfg, data)
         if not self.eligible:
-            raise FesError(f"split learning: no client has {'text' if s.task == 'mlm' else 'labeled examples'} "
-                           f"to train on" + ("" if s.task == "mlm" else " (split_args.labels all uses every one)"))
+            raise FesError(
+                f"split learning: no client has {'text' if s.task == 'mlm' else 'labeled examples'} "
+                f"to train on" + ("" if s.task == "mlm" else " (split_args.labels all uses every one)")
+            )
         self.metric = primary_metric(cfg)
         self.recorder = RunRecorder(self.run_dir, self.metric)
         test = data.test
@@ -160,17 +194,30 @@ class SplitRun:
 
     def evaluate(self) -> dict[str, float]:
         t = self.cfg.train
-        return evaluate(self.server.client_part, self.server.body, self.tok, self.eval_texts, self.eval_labels,
-                        batch_size=t.eval_batch_size, max_len=self.cfg.model.max_seq_length,
-                        mask_prob=self.cfg.mlm.mask_probability, device=self.device, texts_b=self.eval_texts_b)
+        return evaluate(
+            self.server.client_part,
+            self.server.body,
+            self.tok,
+            self.eval_texts,
+            self.eval_labels,
+            batch_size=t.eval_batch_size,
+            max_len=self.cfg.model.max_seq_length,
+            mask_prob=self.cfg.mlm.mask_probability,
+            device=self.device,
+            texts_b=self.eval_texts_b,
+        )
 
     def end_round(self, round_idx: int, reports: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """Average (parallel), evaluate when due, append the round's metrics row."""
         self.server.end_round()
         reports = sorted(reports, key=lambda r: r["client_id"])
         t = self.cfg.train
-        row: dict[str, Any] = {"round": round_idx, "train_loss": float(np.mean([r["train_loss"] for r in reports])),
-                               "clients": len(reports), "steps": int(sum(r["steps"] for r in reports))}
+        row: dict[str, Any] = {
+            "round": round_idx,
+            "train_loss": float(np.mean([r["train_loss"] for r in reports])),
+            "clients": len(reports),
+            "steps": int(sum(r["steps"] for r in reports)),
+        }
         if (round_idx + 1) % t.frequency_of_the_test == 0 or round_idx == t.comm_round - 1:
             scores = self.evaluate()
             row[self.metric], row["eval_loss"] = scores["accuracy"], scores["eval_loss"]
@@ -189,20 +236,27 @@ class SplitRun:
 
     def finish(self, status: str = "completed", error: str | None = None) -> dict[str, Any]:
         s = self.cfg.split_args
-        extra: dict[str, Any] = {"task": s.task, "schedule": s.schedule, "client_layers": s.client_layers,
-                                 "wire_dtype": s.wire_dtype, "run_dir": str(self.run_dir),
-                                 "client_part_params": self.client_part_params, "body_params": self.body_params,
-                                 "full_model_bytes": self.full_model_bytes,
-                                 "traffic_bytes": dict(sorted(self.server.traffic.bytes.items())),
-                                 "traffic_messages": dict(sorted(self.server.traffic.messages.items()))}
+        extra: dict[str, Any] = {
+            "task": s.task,
+            "schedule": s.schedule,
+            "client_layers": s.client_layers,
+            "wire_dtype": s.wire_dtype,
+            "run_dir": str(self.run_dir),
+            "client_part_params": self.client_part_params,
+            "body_params": self.body_params,
+            "full_model_bytes": self.full_model_bytes,
+            "traffic_bytes": dict(sorted(self.server.traffic.bytes.items())),
+            "traffic_messages": dict(sorted(self.server.traffic.messages.items())),
+        }
         steps = sum(r["steps"] for r in self.recorder.rows)
         if steps:
             extra["bytes_per_step"] = self.server.traffic.total("activations", "gradients") / steps
         if status == "completed" and s.save_model:
             out = self.run_dir / "model"
             with quiet_transformers():  # no progress bar for one small file
-                load_merged(copy.deepcopy(self.model), self.server.client_part, self.server.body,
-                            s.client_layers).save_pretrained(out)
+                load_merged(
+                    copy.deepcopy(self.model), self.server.client_part, self.server.body, s.client_layers
+                ).save_pretrained(out)
                 self.tok.save_pretrained(out)
             extra["model_path"] = str(out)
         return self.recorder.finish(status, error, **extra)
@@ -220,8 +274,10 @@ def run_in_process(cfg: FesConfig, run_dir: Path, echo: Callable[[str], None] = 
         for r in range(cfg.train.comm_round):
             clients = run.begin_round(r)
             reports = [side.client.play(r, c, link) for c in clients]
-            echo(format_row(run.end_round(r, reports), run.metric)
-                 + f"  bytes/step={run.recorder.rows[-1]['bytes_per_step']:.0f}")
+            echo(
+                format_row(run.end_round(r, reports), run.metric)
+                + f"  bytes/step={run.recorder.rows[-1]['bytes_per_step']:.0f}"
+            )
     except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the finished rounds stay in metrics.csv
         run.finish("interrupted", str(e) or "interrupted")
         raise

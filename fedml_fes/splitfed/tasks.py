@@ -7,6 +7,7 @@ or every training text with its label (`labels: all`, FedBERT's supervised fine-
 Batches are drawn from a per-(round, client) generator on the client, so both runtimes draw
 the same ones.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,15 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from ..data.federated import ClientData, LabelOracle
-from ..pretrain.mlm import (_special_mask, length_grouped_batch, length_order, mask_tokens, pad_batch,
-                            sentence_chunks, tokenize_texts)
+from ..pretrain.mlm import (
+    _special_mask,
+    length_grouped_batch,
+    length_order,
+    mask_tokens,
+    pad_batch,
+    sentence_chunks,
+    tokenize_texts,
+)
 from ..prompt.classifier import encode
 from .parts import ClientPart, ServerBody
 
@@ -46,15 +54,22 @@ class Batch:
     labels: torch.Tensor  # MLM: original ids at the targets; classification: class ids
 
 
-def _pair_ids(tokenizer: PreTrainedTokenizerBase, a: Sequence[str], b: Sequence[str] | None,
-              max_len: int) -> list[list[int]]:
+def _pair_ids(
+    tokenizer: PreTrainedTokenizerBase, a: Sequence[str], b: Sequence[str] | None, max_len: int
+) -> list[list[int]]:
     if b is None:
         return tokenize_texts(tokenizer, a, max_len)
     return list(tokenizer(list(a), list(b), truncation=True, max_length=max_len)["input_ids"])
 
 
-def make_shard(task: str, client: ClientData, oracle: LabelOracle | None, tokenizer: PreTrainedTokenizerBase,
-               max_len: int, labels: str = "gold") -> Shard:
+def make_shard(
+    task: str,
+    client: ClientData,
+    oracle: LabelOracle | None,
+    tokenizer: PreTrainedTokenizerBase,
+    max_len: int,
+    labels: str = "gold",
+) -> Shard:
     if task == "mlm":
         return Shard(client.client_id, tokenize_texts(tokenizer, sentence_chunks(client.all_texts()), max_len))
     texts, texts_b, ys = list(client.gold_texts), list(client.gold_texts_b or ()) or None, list(client.gold_labels)
@@ -71,10 +86,23 @@ def make_shard(task: str, client: ClientData, oracle: LabelOracle | None, tokeni
 class BatchSampler:
     """Batches of one client for one round, from the client's (round, client) generator."""
 
-    def __init__(self, task: str, shard: Shard, tokenizer: PreTrainedTokenizerBase, batch_size: int,
-                 mask_prob: float, generator: torch.Generator):
-        self.task, self.shard, self.tok, self.bs, self.prob, self.gen = (task, shard, tokenizer, batch_size,
-                                                                        mask_prob, generator)
+    def __init__(
+        self,
+        task: str,
+        shard: Shard,
+        tokenizer: PreTrainedTokenizerBase,
+        batch_size: int,
+        mask_prob: float,
+        generator: torch.Generator,
+    ):
+        self.task, self.shard, self.tok, self.bs, self.prob, self.gen = (
+            task,
+            shard,
+            tokenizer,
+            batch_size,
+            mask_prob,
+            generator,
+        )
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         if task == "mlm":
             lengths = np.fromiter((len(x) for x in shard.token_ids), dtype=np.int64, count=len(shard))
@@ -85,14 +113,22 @@ class BatchSampler:
         if self.task == "mlm":
             idx = length_grouped_batch(self.order, self.bs, self.gen)
             batch = pad_batch([self.shard.token_ids[i] for i in idx], self.pad_id)
-            masked, targets = mask_tokens(batch["input_ids"], _special_mask(batch, self.tok), self.tok, self.prob,
-                                          self.gen)
+            masked, targets = mask_tokens(
+                batch["input_ids"], _special_mask(batch, self.tok), self.tok, self.prob, self.gen
+            )
             return Batch(masked, batch["attention_mask"], targets, batch["input_ids"][targets])
-        idx = (torch.randperm(n, generator=self.gen)[:self.bs] if n >= self.bs
-               else torch.randint(n, (self.bs,), generator=self.gen)).tolist()
+        idx = (
+            torch.randperm(n, generator=self.gen)[: self.bs]
+            if n >= self.bs
+            else torch.randint(n, (self.bs,), generator=self.gen)
+        ).tolist()
         batch = pad_batch([self.shard.token_ids[i] for i in idx], self.pad_id)
-        return Batch(batch["input_ids"], batch["attention_mask"], None,
-                     torch.tensor([self.shard.labels[i] for i in idx], dtype=torch.long))
+        return Batch(
+            batch["input_ids"],
+            batch["attention_mask"],
+            None,
+            torch.tensor([self.shard.labels[i] for i in idx], dtype=torch.long),
+        )
 
 
 def eval_texts(task: str, texts: Sequence[str], heldout: int) -> list[str]:
@@ -101,9 +137,19 @@ def eval_texts(task: str, texts: Sequence[str], heldout: int) -> list[str]:
 
 
 @torch.no_grad()
-def evaluate(client: ClientPart, body: ServerBody, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
-             labels: Sequence[int] | None, *, batch_size: int, max_len: int, mask_prob: float,
-             device: torch.device, texts_b: Sequence[str] | None = None) -> dict[str, float]:
+def evaluate(
+    client: ClientPart,
+    body: ServerBody,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    labels: Sequence[int] | None,
+    *,
+    batch_size: int,
+    max_len: int,
+    mask_prob: float,
+    device: torch.device,
+    texts_b: Sequence[str] | None = None,
+) -> dict[str, float]:
     """Accuracy and mean loss of the split model (client part + body, no wire) on test texts.
 
     MLM: masked-token accuracy with fixed masks (every chosen position replaced by the mask
@@ -117,8 +163,8 @@ def evaluate(client: ClientPart, body: ServerBody, tokenizer: PreTrainedTokenize
     loss_sum = 0.0
     try:
         for start in range(0, len(texts), batch_size):
-            chunk_b = texts_b[start:start + batch_size] if texts_b is not None else None
-            batch = encode(tokenizer, texts[start:start + batch_size], max_len, chunk_b)
+            chunk_b = texts_b[start : start + batch_size] if texts_b is not None else None
+            batch = encode(tokenizer, texts[start : start + batch_size], max_len, chunk_b)
             ids, mask = batch["input_ids"], batch["attention_mask"]
             if client.task == "mlm":
                 targets = (torch.rand(ids.shape, generator=gen) < mask_prob) & ~_special_mask(batch, tokenizer)
@@ -129,7 +175,7 @@ def evaluate(client: ClientPart, body: ServerBody, tokenizer: PreTrainedTokenize
                 ids[targets] = tokenizer.mask_token_id
             else:
                 targets = None
-                gold = torch.as_tensor(list(labels[start:start + batch_size]), dtype=torch.long)
+                gold = torch.as_tensor(list(labels[start : start + batch_size]), dtype=torch.long)
             ids, mask = ids.to(device), mask.to(device)
             needed = client.needed(ids, targets.to(device) if targets is not None else None)
             logits = client.head(body(client.bottom(ids, mask), mask)[needed])

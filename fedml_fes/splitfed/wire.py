@@ -5,6 +5,7 @@ dtypes, shapes and a small `meta` dict) and the tensors' raw bytes. Traffic is t
 these payloads as sent, counted by the link that carries them: measured, not estimated from
 shapes. The same bytes travel in-process and over MPI, so both runtimes count the same.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,19 @@ from typing import Any, Mapping
 
 import torch
 
-_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64,
-                                                      torch.int64, torch.int32, torch.uint8, torch.bool)}
+_DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.uint8,
+        torch.bool,
+    )
+}
 
 
 def pack(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = None) -> bytes:
@@ -37,11 +49,11 @@ def pack(tensors: Mapping[str, torch.Tensor], meta: Mapping[str, Any] | None = N
 def unpack(payload: bytes) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The tensors (fresh CPU tensors, writable) and meta of a `pack`ed payload."""
     (n,) = struct.unpack_from("<I", payload, 0)
-    header = json.loads(payload[4:4 + n].decode())
+    header = json.loads(payload[4 : 4 + n].decode())
     offset = 4 + n
     out: dict[str, torch.Tensor] = {}
     for e in header["tensors"]:
-        raw = bytearray(payload[offset:offset + e["nbytes"]])
+        raw = bytearray(payload[offset : offset + e["nbytes"]])
         offset += e["nbytes"]
         dtype = _DTYPES[e["dtype"]]
         flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)

@@ -19,6 +19,7 @@ the prompt model, the frozen-bottom split and the cost meter work unchanged.
   features, a parallel adapter at the FFN (their best placement). Hand-written adapter layers
   are deliberately not used: PEFT is the maintained implementation.
 """
+
 from __future__ import annotations
 
 import re
@@ -35,9 +36,16 @@ KINDS = ADAPTER_METHODS  # train_args.method names the kind
 # ELECTRA (MiniLM), DeBERTa, DistilBERT and Llama-style decoders (Llama, Qwen2, Gemma3, SmolLM2);
 # which of them exist depends on the family
 TARGETS = {
-    "lora": ("attention.self.query", "attention.self.value", "attention.self.query_proj",
-             "attention.self.value_proj", "attention.q_lin", "attention.v_lin", "self_attn.q_proj",
-             "self_attn.v_proj"),
+    "lora": (
+        "attention.self.query",
+        "attention.self.value",
+        "attention.self.query_proj",
+        "attention.self.value_proj",
+        "attention.q_lin",
+        "attention.v_lin",
+        "self_attn.q_proj",
+        "self_attn.v_proj",
+    ),
     "adapter": ("output.dense", "ffn.lin2", "mlp.down_proj"),
 }
 PER_LAYER = {"lora": 2, "adapter": 1}  # modules each adapted layer must have
@@ -78,8 +86,10 @@ def adapter_plan(a: AdapterConfig, kind: str, total: int) -> AdapterPlan:
         raise FesError(f"adapter kind must be one of {', '.join(KINDS)}, got '{kind}'")
     depth = default_depth(total) if a.depth < 0 else a.depth
     if depth >= total:
-        raise FesError(f"adapter_args.depth is {a.depth}, but the model has {total} encoder layers (0-{total - 1}): "
-                       f"adapters go in layers depth..{total - 1}, so depth must be at most {total - 1}")
+        raise FesError(
+            f"adapter_args.depth is {a.depth}, but the model has {total} encoder layers (0-{total - 1}): "
+            f"adapters go in layers depth..{total - 1}, so depth must be at most {total - 1}"
+        )
     return AdapterPlan(kind, total, depth, a.width, a.alpha, a.dropout)
 
 
@@ -88,8 +98,10 @@ def capacity_plan(start: AdapterPlan, a: AdapterConfig) -> AdapterPlan:
     adapter_args.min_depth (-1: the bottom third frozen) at width adapter_args.max_width."""
     deepest = default_depth(start.total) if a.min_depth < 0 else a.min_depth
     if deepest > start.depth:
-        raise FesError(f"adapter_args.min_depth ({deepest}) lies above the starting depth ({start.depth}): "
-                       f"the configurator only adds layers below the start")
+        raise FesError(
+            f"adapter_args.min_depth ({deepest}) lies above the starting depth ({start.depth}): "
+            f"the configurator only adds layers below the start"
+        )
     return AdapterPlan(start.kind, start.total, deepest, max(a.max_width, start.width), start.alpha, start.dropout)
 
 
@@ -103,9 +115,11 @@ def target_modules(model: nn.Module, plan: AdapterPlan) -> list[str]:
             found[int(m.group(1))].append(name)
     for i, names in found.items():
         if len(names) != PER_LAYER[plan.kind]:
-            raise FesError(f"{plan.kind}: layer {i} of {type(model).__name__} has {len(names)} of the "
-                           f"{PER_LAYER[plan.kind]} modules it adapts ({', '.join(wanted)}): supported are "
-                           f"BERT/RoBERTa/DeBERTa/DistilBERT-style encoders")
+            raise FesError(
+                f"{plan.kind}: layer {i} of {type(model).__name__} has {len(names)} of the "
+                f"{PER_LAYER[plan.kind]} modules it adapts ({', '.join(wanted)}): supported are "
+                f"BERT/RoBERTa/DeBERTa/DistilBERT-style encoders"
+            )
     return [n for i in sorted(found) for n in found[i]]
 
 
@@ -119,8 +133,13 @@ def add_adapters(model: nn.Module, plan: AdapterPlan, seed: int) -> int:
     without touching the global RNG, so every process builds the same initial adapters."""
     from peft import LoraConfig, inject_adapter_in_model
 
-    config = LoraConfig(r=plan.width, lora_alpha=plan.alpha, lora_dropout=plan.dropout,
-                        target_modules=target_modules(model, plan), bias="none")
+    config = LoraConfig(
+        r=plan.width,
+        lora_alpha=plan.alpha,
+        lora_dropout=plan.dropout,
+        target_modules=target_modules(model, plan),
+        bias="none",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(config, model)

@@ -22,6 +22,7 @@ model computes at that moment: the new capacity starts at B = 0, exactly as LoRA
 The LoRA scaling stays alpha / (the starting width) for the whole run, so widening does not
 rescale what was learnt.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,16 +82,19 @@ def slice_update(params: Mapping[str, torch.Tensor], view: AdapterView) -> "Orde
     return out
 
 
-def expand_update(sliced: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor], view: AdapterView,
-                  sender: str) -> "OrderedDict[str, torch.Tensor]":
+def expand_update(
+    sliced: Mapping[str, torch.Tensor], reference: Mapping[str, torch.Tensor], view: AdapterView, sender: str
+) -> "OrderedDict[str, torch.Tensor]":
     """A sliced update laid over the global tensors: the full trainable set again, outside
     the view unchanged. Names or shapes that do not fit the view are one line."""
     expected = slice_update(reference, view)
     if list(sliced) != list(expected):
         missing = sorted(set(expected) - set(sliced))[:2]
         extra = sorted(set(sliced) - set(expected))[:2]
-        raise FesError(f"update from {sender} does not match configuration {view.name}: "
-                       f"missing {missing or 'none'}, unexpected {extra or 'none'}")
+        raise FesError(
+            f"update from {sender} does not match configuration {view.name}: "
+            f"missing {missing or 'none'}, unexpected {extra or 'none'}"
+        )
     out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
     for name, ref in reference.items():
         if name not in sliced:
@@ -98,9 +102,11 @@ def expand_update(sliced: Mapping[str, torch.Tensor], reference: Mapping[str, to
             continue
         got = sliced[name]
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(expected[name].shape):
-            raise FesError(f"update from {sender}: tensor '{name}' has shape "
-                           f"{tuple(getattr(got, 'shape', ()))}, configuration {view.name} sends "
-                           f"{tuple(expected[name].shape)}")
+            raise FesError(
+                f"update from {sender}: tensor '{name}' has shape "
+                f"{tuple(getattr(got, 'shape', ()))}, configuration {view.name} sends "
+                f"{tuple(expected[name].shape)}"
+            )
         full = ref.detach().to("cpu", copy=True)
         part = _lora_part(name)
         if part is None:
@@ -126,15 +132,24 @@ def load_view(model: nn.Module, params: Mapping[str, torch.Tensor]) -> None:
             target, part = own[name], _lora_part(name)
             if tuple(value.shape) == tuple(target.shape):
                 target.copy_(value)
-            elif part is not None and part[1] == "A" and value.shape[1:] == target.shape[1:] \
-                    and value.shape[0] <= target.shape[0]:
+            elif (
+                part is not None
+                and part[1] == "A"
+                and value.shape[1:] == target.shape[1:]
+                and value.shape[0] <= target.shape[0]
+            ):
                 target[: value.shape[0]].copy_(value)
-            elif part is not None and part[1] == "B" and value.shape[0] == target.shape[0] \
-                    and value.shape[1] <= target.shape[1]:
+            elif (
+                part is not None
+                and part[1] == "B"
+                and value.shape[0] == target.shape[0]
+                and value.shape[1] <= target.shape[1]
+            ):
                 target[:, : value.shape[1]].copy_(value)
             else:
-                raise FesError(f"payload tensor '{name}' has shape {tuple(value.shape)}, the model's is "
-                               f"{tuple(target.shape)}")
+                raise FesError(
+                    f"payload tensor '{name}' has shape {tuple(value.shape)}, the model's is {tuple(target.shape)}"
+                )
 
 
 @contextlib.contextmanager
@@ -201,11 +216,21 @@ class ProgressiveConfigurator:
     and beats the main view's gain per second. Every decision is returned as a log line.
     """
 
-    def __init__(self, start: AdapterView, min_depth: int, max_width: int, trial_rounds: int, trial_share: float,
-                 depth_step: int = 1, seed: int = 0):
+    def __init__(
+        self,
+        start: AdapterView,
+        min_depth: int,
+        max_width: int,
+        trial_rounds: int,
+        trial_share: float,
+        depth_step: int = 1,
+        seed: int = 0,
+    ):
         if start.depth < min_depth or start.width > max_width:
-            raise FesError(f"the starting adapter configuration {start.name} lies outside the capacity "
-                           f"(depth >= {min_depth}, width <= {max_width})")
+            raise FesError(
+                f"the starting adapter configuration {start.name} lies outside the capacity "
+                f"(depth >= {min_depth}, width <= {max_width})"
+            )
         self.main = start
         self.min_depth, self.max_width = min_depth, max_width
         self.trial_rounds, self.trial_share, self.depth_step = trial_rounds, trial_share, depth_step
@@ -239,8 +264,9 @@ class ProgressiveConfigurator:
             views[int(c)] = trials[(i + round_idx) % len(trials)]
         return views
 
-    def finish_round(self, round_idx: int, gains: Mapping[AdapterView, float],
-                     costs: Mapping[AdapterView, float]) -> tuple[list[str], AdapterView | None]:
+    def finish_round(
+        self, round_idx: int, gains: Mapping[AdapterView, float], costs: Mapping[AdapterView, float]
+    ) -> tuple[list[str], AdapterView | None]:
         """Record one round's per-view gains and costs; at the end of a trial period decide.
         Returns (log lines, the view upgraded to or None)."""
         for view, gain in gains.items():
@@ -252,27 +278,44 @@ class ProgressiveConfigurator:
         if not trials or round_idx + 1 - self.period_start < self.trial_rounds:
             return [], None
         main = self.scores.get(self.main.name, GroupScore())
-        parts = [f"{v.name} gain {s.gain:+.3f} cost {s.cost_s:.3g}s ({s.per_second:+.2e}/s)"
-                 for v in [self.main] + trials for s in [self.scores.get(v.name)] if s is not None]
-        tried = [(self.scores[v.name].per_second, v) for v in trials
-                 if v.name in self.scores and self.scores[v.name].gain > 0]
+        parts = [
+            f"{v.name} gain {s.gain:+.3f} cost {s.cost_s:.3g}s ({s.per_second:+.2e}/s)"
+            for v in [self.main] + trials
+            for s in [self.scores.get(v.name)]
+            if s is not None
+        ]
+        tried = [
+            (self.scores[v.name].per_second, v)
+            for v in trials
+            if v.name in self.scores and self.scores[v.name].gain > 0
+        ]
         winner = max(tried, key=lambda x: x[0])[1] if tried else None
         upgraded = None
         if winner is not None and self.scores[winner.name].per_second > main.per_second:
             upgraded = winner
-        line = (f"configurator: rounds {self.period_start}-{round_idx}: main {'; '.join(parts)} -> "
-                + (f"upgrade {self.main.name} to {upgraded.name}" if upgraded else f"keep {self.main.name}"))
-        self.history.append({"round": round_idx, "main": self.main.name,
-                             "scores": {k: vars(v) for k, v in self.scores.items()},
-                             "upgrade": upgraded.name if upgraded else None})
+        line = f"configurator: rounds {self.period_start}-{round_idx}: main {'; '.join(parts)} -> " + (
+            f"upgrade {self.main.name} to {upgraded.name}" if upgraded else f"keep {self.main.name}"
+        )
+        self.history.append(
+            {
+                "round": round_idx,
+                "main": self.main.name,
+                "scores": {k: vars(v) for k, v in self.scores.items()},
+                "upgrade": upgraded.name if upgraded else None,
+            }
+        )
         if upgraded is not None:
             self.main = upgraded
         self.period_start, self.scores = round_idx + 1, {}
         return [line], upgraded
 
     def state_dict(self) -> dict:
-        return {"main": self.main.as_option(), "period_start": self.period_start,
-                "scores": {k: vars(v).copy() for k, v in self.scores.items()}, "history": list(self.history)}
+        return {
+            "main": self.main.as_option(),
+            "period_start": self.period_start,
+            "scores": {k: vars(v).copy() for k, v in self.scores.items()},
+            "history": list(self.history),
+        }
 
     def load_state_dict(self, state: Mapping) -> None:
         self.main = AdapterView.from_option(state["main"])

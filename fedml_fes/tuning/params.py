@@ -1,4 +1,5 @@
 """What travels: the trainable tensors only, as an OrderedDict, validated on arrival."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,7 @@ Params = "OrderedDict[str, torch.Tensor]"
 
 def trainable_state(model: nn.Module) -> "OrderedDict[str, torch.Tensor]":
     """Detached CPU copies of the parameters that require grad (tied weights appear once)."""
-    return OrderedDict((n, p.detach().to("cpu", copy=True)) for n, p in model.named_parameters()
-                       if p.requires_grad)
+    return OrderedDict((n, p.detach().to("cpu", copy=True)) for n, p in model.named_parameters() if p.requires_grad)
 
 
 def load_trainable(model: nn.Module, state: "OrderedDict[str, torch.Tensor]") -> None:
@@ -33,21 +33,25 @@ def payload_bytes(state: "OrderedDict[str, torch.Tensor]") -> int:
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
-def validate_update(update: "OrderedDict[str, torch.Tensor]",
-                    reference: "OrderedDict[str, torch.Tensor]", sender: str, finite: bool = True) -> None:
+def validate_update(
+    update: "OrderedDict[str, torch.Tensor]",
+    reference: "OrderedDict[str, torch.Tensor]",
+    sender: str,
+    finite: bool = True,
+) -> None:
     """Reject an update whose keys, shapes or dtypes differ from the global one, or non-finite
     (`finite=False`: the caller checks that itself, as `change_norm` with a sender does)."""
     if list(update.keys()) != list(reference.keys()):
         missing = set(reference) - set(update)
         extra = set(update) - set(reference)
-        raise FesError(f"update from {sender} has wrong tensors (missing {sorted(missing)[:3]}, "
-                       f"unexpected {sorted(extra)[:3]})")
+        raise FesError(
+            f"update from {sender} has wrong tensors (missing {sorted(missing)[:3]}, unexpected {sorted(extra)[:3]})"
+        )
     for name, ref in reference.items():
         t = update[name]
         if not isinstance(t, torch.Tensor) or t.shape != ref.shape or t.dtype != ref.dtype:
             got = (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise FesError(f"update from {sender}: tensor '{name}' is {got}, expected "
-                           f"{(tuple(ref.shape), ref.dtype)}")
+            raise FesError(f"update from {sender}: tensor '{name}' is {got}, expected {(tuple(ref.shape), ref.dtype)}")
         if finite and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise FesError(f"update from {sender}: tensor '{name}' has non-finite values")
 
@@ -107,12 +111,15 @@ def _tensor_change(t: torch.Tensor, ref: torch.Tensor) -> float:
     wide = torch.float32 if t.element_size() <= 4 else t.dtype
     norm = float(torch.linalg.vector_norm(t.detach().to("cpu", wide) - ref.detach().to("cpu", wide)))
     if not math.isfinite(norm):
-        norm = float(torch.linalg.vector_norm(t.detach().to("cpu", torch.float64) - ref.detach().to("cpu", torch.float64)))
+        norm = float(
+            torch.linalg.vector_norm(t.detach().to("cpu", torch.float64) - ref.detach().to("cpu", torch.float64))
+        )
     return norm
 
 
-def change_norm(update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDict[str, torch.Tensor]",
-                sender: str | None = None) -> float:
+def change_norm(
+    update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDict[str, torch.Tensor]", sender: str | None = None
+) -> float:
     """L2 norm of update - reference over the floating tensors (inf when it overflows). With a
     `sender`, a tensor holding NaN or inf is rejected here, naming it (the finite-value check
     of `validate_update`, at no extra pass over a finite tensor)."""
@@ -127,8 +134,12 @@ def change_norm(update: "OrderedDict[str, torch.Tensor]", reference: "OrderedDic
     return math.sqrt(total)
 
 
-def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", senders: "list[str] | None" = None,
-                   norm_factor: float = 10.0) -> tuple[list[int], list[tuple[int, str]]]:
+def screen_updates(
+    raw: list,
+    reference: "OrderedDict[str, torch.Tensor]",
+    senders: "list[str] | None" = None,
+    norm_factor: float = 10.0,
+) -> tuple[list[int], list[tuple[int, str]]]:
     """Which of `raw`'s (weight, tensors) entries may be averaged into `reference` (the current
     global tensors): the indices kept, in order, and (index, one-line reason) per rejection.
 
@@ -136,8 +147,9 @@ def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", sende
     values) with a finite positive weight, then held to the absolute and relative bounds on its
     change (see ABSOLUTE_NORM_FACTOR above). `senders` names each entry in the reasons
     (default: 'entry <i>')."""
-    names = list(senders) if senders is not None and len(senders) == len(raw) else \
-        [f"entry {i}" for i in range(len(raw))]
+    names = (
+        list(senders) if senders is not None and len(senders) == len(raw) else [f"entry {i}" for i in range(len(raw))]
+    )
     kept: list[int] = []
     rejected: list[tuple[int, str]] = []
     norms: dict[int, float] = {}
@@ -150,13 +162,18 @@ def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", sende
             if not isinstance(params, dict):
                 raise FesError(f"update from {names[i]} carries {type(params).__name__}, not named tensors")
             validate_update(params, reference, names[i], finite=False)  # change_norm checks the values
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
-                    math.isfinite(weight) and weight > 0):
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, (int, float))
+                or not (math.isfinite(weight) and weight > 0)
+            ):
                 raise FesError(f"update from {names[i]} has weight {weight!r}")
             norm = change_norm(params, reference, names[i])
             if not math.isfinite(norm) or norm > bound:
-                raise FesError(f"update from {names[i]} is out of bounds: its change has L2 norm {norm:.3g}, over "
-                               f"{ABSOLUTE_NORM_FACTOR:g} x the global model's norm ({bound:.3g})")
+                raise FesError(
+                    f"update from {names[i]} is out of bounds: its change has L2 norm {norm:.3g}, over "
+                    f"{ABSOLUTE_NORM_FACTOR:g} x the global model's norm ({bound:.3g})"
+                )
             norms[i] = norm
             kept.append(i)
         except FesError as e:
@@ -166,8 +183,13 @@ def screen_updates(raw: list, reference: "OrderedDict[str, torch.Tensor]", sende
         if median > 0:
             for i in [i for i in kept if norms[i] > norm_factor * median]:
                 kept.remove(i)
-                rejected.append((i, f"update from {names[i]} is out of line: its change has L2 norm {norms[i]:.3g}, "
-                                    f"over {norm_factor:g} x the median of this aggregation's {len(norms)} "
-                                    f"updates ({median:.3g}; train_args.robust_norm_factor)"))
+                rejected.append(
+                    (
+                        i,
+                        f"update from {names[i]} is out of line: its change has L2 norm {norms[i]:.3g}, "
+                        f"over {norm_factor:g} x the median of this aggregation's {len(norms)} "
+                        f"updates ({median:.3g}; train_args.robust_norm_factor)",
+                    )
+                )
     rejected.sort()
     return kept, rejected

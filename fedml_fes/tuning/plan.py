@@ -5,6 +5,7 @@ FeS's depth/capacity co-planning: the top `full_layers` encoder layers train ful
 is frozen. The trainable set is computed from the model and the plan, never implied; it
 decides what travels too (`tuning.params.trainable_state` sends exactly what trains).
 """
+
 from __future__ import annotations
 
 import re
@@ -53,8 +54,10 @@ class LayerPlan:
 
     def __post_init__(self) -> None:
         if self.full_layers + self.bias_layers > self.total:
-            raise FesError(f"layer plan names layers that do not exist: the model has {self.total} layers, "
-                           f"the plan asks for {self.full_layers} full + {self.bias_layers} bias-only")
+            raise FesError(
+                f"layer plan names layers that do not exist: the model has {self.total} layers, "
+                f"the plan asks for {self.full_layers} full + {self.bias_layers} bias-only"
+            )
         if self.full_layers + self.bias_layers == 0:
             raise FesError("layer plan trains no layer: set tuning_args.full_layers or bias_layers > 0")
 
@@ -69,9 +72,11 @@ class LayerPlan:
 
     def describe(self) -> str:
         t, f = self.total, self.full_layers
-        parts = [f"layers 0-{self.frozen_bottom - 1} frozen" if self.frozen_bottom else "",
-                 f"layers {self.frozen_bottom}-{t - f - 1} bias-only" if self.bias_layers else "",
-                 f"layers {t - f}-{t - 1} full" if f else ""]
+        parts = [
+            f"layers 0-{self.frozen_bottom - 1} frozen" if self.frozen_bottom else "",
+            f"layers {self.frozen_bottom}-{t - f - 1} bias-only" if self.bias_layers else "",
+            f"layers {t - f}-{t - 1} full" if f else "",
+        ]
         return ", ".join(p for p in parts if p)
 
 

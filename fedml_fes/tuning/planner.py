@@ -6,6 +6,7 @@ payloads) but may cost accuracy. A probe trains a depth for a few proxy rounds a
 searches for the shallowest depth whose accuracy stays within `tolerance` of it, assuming
 accuracy does not fall as depth grows (the search probes O(log L) depths, not all L).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,8 +37,7 @@ class PlanSearch:
         return "\n".join(lines)
 
 
-def search_depth(max_depth: int, probe: Callable[[int], Probe], tolerance: float,
-                 min_depth: int = 1) -> PlanSearch:
+def search_depth(max_depth: int, probe: Callable[[int], Probe], tolerance: float, min_depth: int = 1) -> PlanSearch:
     """Shallowest depth in [min_depth, max_depth] with accuracy >= reference - tolerance."""
     if not 1 <= min_depth <= max_depth:
         raise FesError(f"planner depth range [{min_depth}, {max_depth}] is empty: the model has too few layers")

@@ -12,6 +12,7 @@ attention-mask, rotary-position and causal-mask code is reused unchanged:
   the bottom runs without the final norm, the top from `inputs_embeds` at the same positions
   (0..n-1: batches are right-padded, so a row's real tokens never see its padding).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,9 +75,11 @@ class FrozenBottom:
             self.owner, self.layers_attr, self.embed_attr, self.norm_attr = base_model, "layers", "embed_tokens", "norm"
             self.extra = {"use_cache": False}
         else:
-            raise FesError(f"{type(base_model).__name__} has neither embeddings/encoder.layer nor "
-                           f"embed_tokens/layers/norm: the frozen-bottom split supports BERT-style encoders "
-                           f"and Llama-style decoders")
+            raise FesError(
+                f"{type(base_model).__name__} has neither embeddings/encoder.layer nor "
+                f"embed_tokens/layers/norm: the frozen-bottom split supports BERT-style encoders "
+                f"and Llama-style decoders"
+            )
         self.base = base_model
         self.layers = getattr(self.owner, self.layers_attr)
         self.b = frozen_layers
@@ -95,7 +98,7 @@ class FrozenBottom:
         config = getattr(self.base, "config", None)
         old_types = getattr(config, "layer_types", None)
         if isinstance(old_types, list) and not bottom:
-            config.layer_types = old_types[self.b:]
+            config.layer_types = old_types[self.b :]
         try:
             yield
         finally:
@@ -136,7 +139,7 @@ class FrozenBottom:
         width = input_ids.shape[1]
         out = torch.zeros(len(rows), width, rows[0].shape[-1], dtype=rows[0].dtype)
         for i, h in enumerate(rows):
-            out[i, :len(h)] = h
+            out[i, : len(h)] = h
         return out.to(input_ids.device)
 
     def fill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
@@ -149,7 +152,7 @@ class FrozenBottom:
             self._row(ids[mask.bool()].cpu(), input_ids.device)
 
     def top(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b:])):
+        with self._swapped(_Given(hidden), nn.ModuleList(list(self.layers)[self.b :])):
             return self.base(inputs_embeds=hidden, attention_mask=attention_mask, **self.extra).last_hidden_state
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

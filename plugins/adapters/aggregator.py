@@ -15,6 +15,7 @@ All round logic (selection, labeling plan, validation, aggregation, evaluation) 
 
 FedAvg itself (the update screen and the weighted average) and evaluation are `FedAvgCore`'s.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,10 @@ def job_of(model, args: Any) -> Job:
     """The FeS job the plugins share through `args.fes_job` (FedML's plugins share the model)."""
     job = getattr(args, "fes_job", None)
     if job is None or job.model is not model:
-        raise FesError("build the model with fedml_plugin.create_model(args, dataset) before the FeS trainer "
-                       "and aggregator: they train the model that call builds")
+        raise FesError(
+            "build the model with fedml_plugin.create_model(args, dataset) before the FeS trainer "
+            "and aggregator: they train the model that call builds"
+        )
     return job
 
 
@@ -140,8 +143,11 @@ class FesAggregator(ServerAggregator):
             print(format_row(row, self.job.method.primary_metric), flush=True)
         if self.phases.done and self.summary is None:
             self.summary = self.session.complete()
-            print(f"done: {self.job.method.primary_metric}={self.summary.get('final')} "
-                  f"(summary.json in {self.session.run_dir})", flush=True)
+            print(
+                f"done: {self.job.method.primary_metric}={self.summary.get('final')} "
+                f"(summary.json in {self.session.run_dir})",
+                flush=True,
+            )
         return self._message()
 
     def test(self, test_data, device, args) -> dict[str, float]:

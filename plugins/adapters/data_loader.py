@@ -15,6 +15,7 @@ the labels of unlabeled data; those stay in the `LabelOracle`, which this loader
 returns. Counts in `train_data_local_num_dict` are the examples a client holds (gold +
 unlabeled).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -49,8 +50,7 @@ def config_from_args(args: Any) -> FesConfig:
         return args.fes_config
     flat = vars(args)
     proto = FesConfig()
-    raw = {name: {f.name: flat[f.name] for f in fields(getattr(proto, name)) if f.name in flat}
-           for name in _SECTIONS}
+    raw = {name: {f.name: flat[f.name] for f in fields(getattr(proto, name)) if f.name in flat} for name in _SECTIONS}
     return config_from_dict(raw, source="FedML args")
 
 
@@ -67,10 +67,20 @@ def dataset_list(data: FederatedData) -> list[Any]:
     local_num = {c.client_id: c.num_gold + len(c.unlabeled) for c in data.clients}
     train_local = {c.client_id: c for c in data.clients}
     shards = data.client_test or tuple(() for _ in data.clients)
-    test_local = {c.client_id: LocalTestData(c.client_id, data.test.subset(np.asarray(ix, dtype=np.int64)))
-                  for c, ix in zip(data.clients, shards)}
-    return [sum(local_num.values()), len(data.test), gold_pool(data), data.test,
-            local_num, train_local, test_local, len(data.classes)]
+    test_local = {
+        c.client_id: LocalTestData(c.client_id, data.test.subset(np.asarray(ix, dtype=np.int64)))
+        for c, ix in zip(data.clients, shards)
+    }
+    return [
+        sum(local_num.values()),
+        len(data.test),
+        gold_pool(data),
+        data.test,
+        local_num,
+        train_local,
+        test_local,
+        len(data.classes),
+    ]
 
 
 def load(args: Any) -> tuple[list[Any], int]:

@@ -1,6 +1,7 @@
 """FeS's message types and keys on FedML's `Message`, defined once for every runtime that moves
 them (the MPI managers, the cross-silo server and silos). FedML's own keys (the model params)
 are FedML's constants."""
+
 from __future__ import annotations
 
 MSG_C2S_JOIN = "fes_c2s_join"  # cross-silo: a silo announces itself (rank, session, fingerprint, state)

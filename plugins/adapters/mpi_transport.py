@@ -17,6 +17,7 @@ each array's memory as it is (`comm.Send`, tag 1); the receive thread takes the 
 the buffers from the same rank into one allocation, and unpickles the arrays as views of it.
 The receiver gets the same message, bit for bit.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -61,8 +62,8 @@ def receive_out_of_band(comm, source: int) -> Any:
         end += -(-n // ALIGN) * ALIGN
     block = np.empty(end + ALIGN, dtype=np.uint8)
     shift = -block.ctypes.data % ALIGN
-    memory = memoryview(block[shift:shift + end])
-    views = [memory[o:o + n] for o, n in zip(offsets, sizes)]
+    memory = memoryview(block[shift : shift + end])
+    views = [memory[o : o + n] for o, n in zip(offsets, sizes)]
     for v in views:
         comm.Recv(v, source=source, tag=BUFFER_TAG)
     return pickle.loads(header, buffers=views)
@@ -73,6 +74,7 @@ class OutOfBandChannel:
 
     def __init__(self, comm):
         from mpi4py import MPI  # here, not at import: importing mpi4py initializes MPI
+
         self.comm, self._status, self._any = comm, MPI.Status(), MPI.ANY_SOURCE
 
     def poll(self) -> int | None:

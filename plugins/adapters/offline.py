@@ -5,6 +5,7 @@ waiting on DNS), reads an NTP offset when logs are set up, and writes `~/.fedml/
 (an `.env` file, a device id). We skip the config fetch and log setup, and point the home
 directory FedML derives its paths from at `<run_dir>/fedml_home` for the duration of init.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,8 +80,10 @@ def offline_fedml_init(args: Any, run_dir: Path) -> Any:
 
     args.using_mlops = False
     args.enable_wandb = False
-    with _home(Path(run_dir) / "fedml_home"), \
-            _swapped(mlops, "fetch_config", _offline_fetch_config), \
-            warnings.catch_warnings():
+    with (
+        _home(Path(run_dir) / "fedml_home"),
+        _swapped(mlops, "fetch_config", _offline_fetch_config),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         return fedml.init(args, check_env=False, should_init_logs=False)

@@ -12,6 +12,7 @@ labeling pass or local training, cost-metered):
 - the project's runtimes call `run_task(task, global_params)`: FedML's call sequence for one
   client (id, model, hooks, train), errors raised to the caller, which names the client.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -26,7 +27,6 @@ from fedml_fes.errors import one_line
 from fedml_fes.runtime.client import LocalTrainer
 from fedml_fes.runtime.payload import PLAN_KEY, pack_error, pack_updates, unpack_plan
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
-
 from fedml_fes_plugins.adapters.aggregator import job_of
 
 

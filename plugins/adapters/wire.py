@@ -4,11 +4,12 @@ A numpy array pickles and unpickles faster than a torch tensor, which goes throu
 own storage serialization, and only a numpy array's memory can go out of band
 (`mpi_transport`). Measured on the 105 tensors of a 90.9 MB FedCLS update, one process: as
 tensors 0.07-0.08 s to pickle and 0.05-0.09 s to unpickle, as arrays 0.06 s and 0.025 s (torch
-2.15, session 12; an earlier torch build took 0.148 s / 0.116 s as tensors). The MPI managers
+2.15; an earlier torch build took 0.148 s / 0.116 s as tensors). The MPI managers
 and the cross-silo server and silos (whose gRPC and MQTT_S3 transports pickle a message's
 parameters) send numpy views of the tensors and take them back with `torch.from_numpy` (no
 copy); the values are bit for bit the same.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -22,8 +23,10 @@ def tensors_to_wire(params: Any) -> Any:
     """numpy views of a named-tensor dict's CPU tensors (others, e.g. bfloat16, as they are)."""
     if not isinstance(params, dict):
         return params
-    return OrderedDict((k, v.detach().cpu().numpy() if isinstance(v, torch.Tensor) and v.dtype != torch.bfloat16
-                        else v) for k, v in params.items())
+    return OrderedDict(
+        (k, v.detach().cpu().numpy() if isinstance(v, torch.Tensor) and v.dtype != torch.bfloat16 else v)
+        for k, v in params.items()
+    )
 
 
 def tensors_from_wire(params: Any) -> Any:

@@ -16,6 +16,7 @@ their own: they are not plain run configs, which run_configs/*.yaml all are). Ev
 and seed runs on the same partition (same data section and seed), changing only
 `train_args.method`, the seed and the method's overrides.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,9 +25,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-
-from fedml_fes.config import (METHODS, FesConfig, apply_overrides, config_from_dict, read_sections,
-                               resolve_override_paths)
+from fedml_fes.config import (
+    METHODS,
+    FesConfig,
+    apply_overrides,
+    config_from_dict,
+    read_sections,
+    resolve_override_paths,
+)
 from fedml_fes.errors import FesError
 
 PRESETS = ("smoke", "cpu", "paper")
@@ -86,8 +92,10 @@ def _bench_args(raw: Any, source: str) -> BenchArgs:
             raise FesError(f"{source}: bench_args.{key} must be a list, got {getattr(args, key)!r}")
     bad = [m for m in args.methods + args.targets if m not in METHODS or m == "fedbert_mlm"]
     if bad:
-        raise FesError(f"{source}: bench_args method '{bad[0]}' is not a few-shot method "
-                       f"({', '.join(m for m in METHODS if m != 'fedbert_mlm')})")
+        raise FesError(
+            f"{source}: bench_args method '{bad[0]}' is not a few-shot method "
+            f"({', '.join(m for m in METHODS if m != 'fedbert_mlm')})"
+        )
     if not args.methods:
         raise FesError(f"{source}: bench_args.methods is empty")
     if not args.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in args.seeds):
@@ -102,8 +110,9 @@ def _bench_args(raw: Any, source: str) -> BenchArgs:
     return args
 
 
-def load_bench(path: str | Path, overrides: Mapping[str, Any] | None = None,
-               bench_overrides: Mapping[str, Any] | None = None) -> BenchPlan:
+def load_bench(
+    path: str | Path, overrides: Mapping[str, Any] | None = None, bench_overrides: Mapping[str, Any] | None = None
+) -> BenchPlan:
     """Read a bench YAML; `overrides` ('section.key' -> value) change the run config (CLI --set),
     `bench_overrides` (key -> value) its bench_args (CLI --methods, --seeds)."""
     p = Path(path)
@@ -115,8 +124,9 @@ def load_bench(path: str | Path, overrides: Mapping[str, Any] | None = None,
         raise FesError(f"{p}: bench_args must be a mapping")
     args = _bench_args({**bench_raw, **(bench_overrides or {})}, str(p))
     # paths in the file's method_overrides resolve against its folder, like its sections' paths
-    args.method_overrides = {m: resolve_override_paths(changes, p.absolute().parent)
-                             for m, changes in args.method_overrides.items()}
+    args.method_overrides = {
+        m: resolve_override_paths(changes, p.absolute().parent) for m, changes in args.method_overrides.items()
+    }
     base = config_from_dict(copy.deepcopy(raw), source=str(p))
     plan = BenchPlan(str(p), args, raw, base)
     for m, s in plan.run_names():  # every run's config is valid before anything runs
@@ -131,13 +141,15 @@ def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:
     raw.setdefault("common_args", {})["random_seed"] = seed
     apply_overrides(raw, plan.args.method_overrides.get(method) or {}, plan.source)
     if method == FULL_LABEL:  # every training example is a gold label, spread over all clients
-        raw.setdefault("data_args", {}).update({"gold_labels": _train_size(plan), "gold_sparsity": 100.0,
-                                                "gold_clients": 0})
+        raw.setdefault("data_args", {}).update(
+            {"gold_labels": _train_size(plan), "gold_sparsity": 100.0, "gold_clients": 0}
+        )
     return config_from_dict(raw, source=f"{plan.source} ({method}, seed {seed})")
 
 
 def _train_size(plan: BenchPlan) -> int:
     if not hasattr(plan, "_train_size"):
         from fedml_fes.data.federated import load_splits
+
         plan._train_size = len(load_splits(plan.base)[0])
     return plan._train_size

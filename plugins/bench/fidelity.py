@@ -1,4 +1,4 @@
-"""The fidelity benchmark (issue 17): five methods, three datasets, three seeds, ONE shared config.
+"""The fidelity benchmark: five methods, three datasets, three seeds, ONE shared config.
 
     fedml-fes bench --suite fidelity --agnews-dir DIR [--jobs 2]
     .venv/bin/python benchmarks/fidelity.py --agnews-dir DIR [--jobs 2]      (the same)
@@ -23,6 +23,7 @@ N runs go at once, each in its own process with one torch thread. The CSV and th
 rebuilt from the run folders alone (--report-only); emulated hours come from the project's
 cost model (fedml_fes/cost, as the bench report computes them) on the Jetson TX2 profile.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,20 +45,34 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig, add_set_argument, config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.pretrain.source import mlm_origin
-
 from fedml_fes_plugins.bench.config import BenchPlan, load_bench, run_config
 
 Echo = Callable[[str], None]
 
 METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fes")
-LABELS = {"fedcls": "FedCLS", "prompt_only": "Prompt-only", "pseudo_only": "Pseudo-only", "fedfsl": "FedFSL",
-          "fes": "FeS"}
+LABELS = {
+    "fedcls": "FedCLS",
+    "prompt_only": "Prompt-only",
+    "pseudo_only": "Pseudo-only",
+    "fedfsl": "FedFSL",
+    "fes": "FeS",
+}
 SEEDS = (0, 1, 2)
 DEFAULT_CF = "run_configs/fidelity.yaml"
 DEFAULT_OUT = "runs/fidelity"
 DEFAULT_RESULTS = "benchmarks/results"
-COLUMNS = ("dataset", "seed", "method", "accuracy", "majority_rate", "pseudo_labels", "bytes_up", "emulated_hours",
-           "model", "device")
+COLUMNS = (
+    "dataset",
+    "seed",
+    "method",
+    "accuracy",
+    "majority_rate",
+    "pseudo_labels",
+    "bytes_up",
+    "emulated_hours",
+    "model",
+    "device",
+)
 DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devices/jetson_tx2.yaml)
 ACC_SLACK = 0.01  # (a): FeS >= FedFSL - 0.01
 TRAFFIC_RATIO = 1000.0  # (d): FeS uploads <= FedFSL's / 1000
@@ -92,15 +107,36 @@ KNOWN = {**DATASETS, **HELD_OUT}
 # and its PVP. Everything that decides training or the few-shot regime (gold_labels, gold_sparsity,
 # partition_alpha, test_fraction, max_test_examples, ...) stays the shared config's.
 DATASET_FILE_KEYS = {
-    "data_args": ("dataset", "data_dir", "client_num_in_total", "max_train_examples", "train_file", "test_file",
-                  "text_columns", "text_b_columns", "label_column", "classes", "csv_header", "delimiter",
-                  "classes_file", "label_index_base", "hf_dataset", "hf_config", "hf_train_split", "hf_test_split",
-                  "fednlp_data_file"),
+    "data_args": (
+        "dataset",
+        "data_dir",
+        "client_num_in_total",
+        "max_train_examples",
+        "train_file",
+        "test_file",
+        "text_columns",
+        "text_b_columns",
+        "label_column",
+        "classes",
+        "csv_header",
+        "delimiter",
+        "classes_file",
+        "label_index_base",
+        "hf_dataset",
+        "hf_config",
+        "hf_train_split",
+        "hf_test_split",
+        "fednlp_data_file",
+    ),
     "prompt_args": ("pvp", "pattern_id", "pattern", "verbalizer"),
 }
 # the keys a dataset may change in the shared config (and the per-run keys): the protocol check
-VARYING_KEYS = {*(f"{sec}.{k}" for sec, keys in DATASET_FILE_KEYS.items() for k in keys),
-                "train_args.method", "common_args.random_seed", *PATH_KEYS}
+VARYING_KEYS = {
+    *(f"{sec}.{k}" for sec, keys in DATASET_FILE_KEYS.items() for k in keys),
+    "train_args.method",
+    "common_args.random_seed",
+    *PATH_KEYS,
+}
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -136,6 +172,7 @@ class Pending:
 
 # ---- command line (shared by benchmarks/fidelity.py and `fedml-fes bench --suite fidelity`) ---
 
+
 def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
     """The fidelity options; `standalone` adds those `fedml-fes bench` already has (--cf, --out, ...)."""
     if standalone:
@@ -143,34 +180,67 @@ def add_arguments(p: argparse.ArgumentParser, standalone: bool = True) -> None:
         p.add_argument("--out", default=None, help=f"where the run folders go (default {DEFAULT_OUT})")
         p.add_argument("--methods", nargs="+", default=None, help=f"only these methods (default: {' '.join(METHODS)})")
         p.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: 0 1 2)")
-        p.add_argument("--report-only", action="store_true",
-                       help="rebuild the CSV and report from every completed run folder in --out; train nothing")
+        p.add_argument(
+            "--report-only",
+            action="store_true",
+            help="rebuild the CSV and report from every completed run folder in --out; train nothing",
+        )
         add_set_argument(p, "override a run-config key for every run, e.g. --set train_args.comm_round=1")
-    p.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
-                   help=f"fidelity suite: only these datasets (default: {' '.join(DATASETS)}; held out of all "
-                        f"tuning, run only when named: {' '.join(HELD_OUT)})")
-    p.add_argument("--agnews-dir", default=None, metavar="DIR",
-                   help="fidelity suite: the AG News folder in its official layout (train.csv, test.csv, "
-                        "classes.txt); needed when agnews is among the datasets")
-    p.add_argument("--dataset-file", nargs="+", default=None, metavar="FILE",
-                   help="fidelity suite: your own dataset(s), each a YAML with data_args (which data, how it reads: "
-                        "dataset, data_dir or train_file/test_file and columns, client_num_in_total) and its "
-                        "prompt_args (pattern and verbalizer); the shared config decides the rest. Named by the "
-                        "file's stem; alone, only these run (add --datasets to run built-ins too)")
-    p.add_argument("--jobs", type=int, default=1, help="fidelity suite: runs at once, each in its own process "
-                                                        "with one torch thread (default 1)")
-    p.add_argument("--results", default=None, metavar="DIR",
-                   help=f"fidelity suite: where fidelity.csv and fidelity.md go (default {DEFAULT_RESULTS})")
+    p.add_argument(
+        "--datasets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"fidelity suite: only these datasets (default: {' '.join(DATASETS)}; held out of all "
+        f"tuning, run only when named: {' '.join(HELD_OUT)})",
+    )
+    p.add_argument(
+        "--agnews-dir",
+        default=None,
+        metavar="DIR",
+        help="fidelity suite: the AG News folder in its official layout (train.csv, test.csv, "
+        "classes.txt); needed when agnews is among the datasets",
+    )
+    p.add_argument(
+        "--dataset-file",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="fidelity suite: your own dataset(s), each a YAML with data_args (which data, how it reads: "
+        "dataset, data_dir or train_file/test_file and columns, client_num_in_total) and its "
+        "prompt_args (pattern and verbalizer); the shared config decides the rest. Named by the "
+        "file's stem; alone, only these run (add --datasets to run built-ins too)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="fidelity suite: runs at once, each in its own process with one torch thread (default 1)",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        metavar="DIR",
+        help=f"fidelity suite: where fidelity.csv and fidelity.md go (default {DEFAULT_RESULTS})",
+    )
 
 
 def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
     from fedml_fes.config import parse_overrides
-    o = FidelityOptions(cf=opts.cf or DEFAULT_CF, out=opts.out or DEFAULT_OUT, results=opts.results or DEFAULT_RESULTS,
-                        datasets=opts.datasets or ([] if opts.dataset_file else list(DATASETS)),
-                        methods=opts.methods or list(METHODS),
-                        seeds=opts.seeds if opts.seeds is not None else list(SEEDS), agnews_dir=opts.agnews_dir or "",
-                        dataset_files=list(opts.dataset_file or []), jobs=opts.jobs,
-                        overrides=parse_overrides(opts.set), report_only=opts.report_only)
+
+    o = FidelityOptions(
+        cf=opts.cf or DEFAULT_CF,
+        out=opts.out or DEFAULT_OUT,
+        results=opts.results or DEFAULT_RESULTS,
+        datasets=opts.datasets or ([] if opts.dataset_file else list(DATASETS)),
+        methods=opts.methods or list(METHODS),
+        seeds=opts.seeds if opts.seeds is not None else list(SEEDS),
+        agnews_dir=opts.agnews_dir or "",
+        dataset_files=list(opts.dataset_file or []),
+        jobs=opts.jobs,
+        overrides=parse_overrides(opts.set),
+        report_only=opts.report_only,
+    )
     o.command = command_line(prog, opts)
     return o
 
@@ -178,10 +248,16 @@ def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
 def command_line(prog: str, opts: argparse.Namespace) -> str:
     """The options as a command someone can paste (from the parsed options, not sys.argv)."""
     parts = shlex.split(prog)
-    for flag, value in (("--cf", opts.cf), ("--datasets", opts.datasets), ("--methods", opts.methods),
-                        ("--seeds", opts.seeds), ("--agnews-dir", opts.agnews_dir),
-                        ("--dataset-file", opts.dataset_file), ("--out", opts.out),
-                        ("--results", opts.results)):
+    for flag, value in (
+        ("--cf", opts.cf),
+        ("--datasets", opts.datasets),
+        ("--methods", opts.methods),
+        ("--seeds", opts.seeds),
+        ("--agnews-dir", opts.agnews_dir),
+        ("--dataset-file", opts.dataset_file),
+        ("--out", opts.out),
+        ("--results", opts.results),
+    ):
         if value is not None:
             parts += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
     if opts.jobs != 1:
@@ -207,41 +283,52 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
     echo(path.read_text())
     echo(f"written: {path} and {path.with_suffix('.csv')}")
     if o.failed:
-        print(f"{len(o.failed)} run(s) did not complete: {', '.join(o.failed)}; the same command runs them again",
-              file=sys.stderr)
+        print(
+            f"{len(o.failed)} run(s) did not complete: {', '.join(o.failed)}; the same command runs them again",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 # ---- plans and pending runs -----------------------------------------------------------------
 
+
 def check_options(o: FidelityOptions) -> None:
     unknown = [d for d in o.datasets if d not in KNOWN]
     if unknown:
-        raise FesError(f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(KNOWN)}; your own data: "
-                       f"--dataset-file FILE.yaml)")
+        raise FesError(
+            f"unknown fidelity dataset '{unknown[0]}' (known: {', '.join(KNOWN)}; your own data: "
+            f"--dataset-file FILE.yaml)"
+        )
     if o.jobs < 1:
         raise FesError(f"--jobs must be >= 1, got {o.jobs}")
     if not o.datasets and not o.dataset_files:
         raise FesError("no dataset to run: name built-ins with --datasets or your own with --dataset-file")
     if "agnews" in o.datasets and not o.report_only:
         if not o.agnews_dir:
-            raise FesError("dataset agnews needs --agnews-dir DIR (the official CSV layout: train.csv, test.csv, "
-                           "classes.txt); or leave it out with --datasets bbc_news trec")
+            raise FesError(
+                "dataset agnews needs --agnews-dir DIR (the official CSV layout: train.csv, test.csv, "
+                "classes.txt); or leave it out with --datasets bbc_news trec"
+            )
         if not (Path(o.agnews_dir) / "train.csv").is_file():
             raise FesError(f"--agnews-dir {o.agnews_dir} has no train.csv (expected AG News's official CSV layout)")
 
 
 def dataset_overrides(spec: DatasetSpec, agnews_dir: str, causal: bool = False) -> dict[str, Any]:
-    return {"data_args.dataset": spec.name, "data_args.data_dir": agnews_dir if spec.needs_dir else "",
-            "data_args.client_num_in_total": spec.clients,
-            "prompt_args.pattern_id": spec.causal_pattern_id if causal else spec.pattern_id}
+    return {
+        "data_args.dataset": spec.name,
+        "data_args.data_dir": agnews_dir if spec.needs_dir else "",
+        "data_args.client_num_in_total": spec.clients,
+        "prompt_args.pattern_id": spec.causal_pattern_id if causal else spec.pattern_id,
+    }
 
 
 def shared_model_is_causal(o: FidelityOptions) -> bool:
     """Whether the shared config's backbone (after --set) is a causal LM: it picks the PVP forms."""
     from fedml_fes.config import load_config
     from fedml_fes.models import is_causal_lm
+
     return is_causal_lm(load_config(o.cf, o.overrides).model.model)
 
 
@@ -251,29 +338,40 @@ def read_dataset_file(path: str | Path) -> tuple[str, dict[str, Any]]:
     file's stem (the run folders' and the report's name). Anything beyond DATASET_FILE_KEYS is
     refused, in one line: the protocol's point is that nothing but the data and its PVP differs."""
     from fedml_fes.config import read_sections
+
     p = Path(path)
     name = p.stem
     if p.suffix not in (".yaml", ".yml"):
         raise FesError(f"--dataset-file {p}: expected a .yaml file with data_args and prompt_args")
     if not _FILE_NAME.fullmatch(name) or name in KNOWN:
-        raise FesError(f"--dataset-file {p}: its name '{name}' " + (
-            "is a built-in dataset's (use --datasets for it, or rename the file)" if name in KNOWN else
-            "must be letters, digits, '_', '.' or '-' (it names the run folders)"))
+        raise FesError(
+            f"--dataset-file {p}: its name '{name}' "
+            + (
+                "is a built-in dataset's (use --datasets for it, or rename the file)"
+                if name in KNOWN
+                else "must be letters, digits, '_', '.' or '-' (it names the run folders)"
+            )
+        )
     raw = read_sections(p)
     overrides: dict[str, Any] = {"prompt_args.pattern_id": 0}  # a built-in PVP's first pattern, unless named
     for sec, values in raw.items():
         allowed = DATASET_FILE_KEYS.get(sec)
         if allowed is None or not isinstance(values, dict):
-            raise FesError(f"--dataset-file {p}: section '{sec}' belongs to the shared config; a dataset file "
-                           f"holds only data_args and prompt_args")
+            raise FesError(
+                f"--dataset-file {p}: section '{sec}' belongs to the shared config; a dataset file "
+                f"holds only data_args and prompt_args"
+            )
         for key, value in values.items():
             if key not in allowed:
-                raise FesError(f"--dataset-file {p}: {sec}.{key} is shared by every dataset (the shared "
-                               f"config's); a dataset file may set {sec}.{', '.join(allowed)}")
+                raise FesError(
+                    f"--dataset-file {p}: {sec}.{key} is shared by every dataset (the shared "
+                    f"config's); a dataset file may set {sec}.{', '.join(allowed)}"
+                )
             overrides[f"{sec}.{key}"] = value
     if "data_args.dataset" not in overrides:
-        raise FesError(f"--dataset-file {p}: data_args.dataset is missing (e.g. custom, with train_file; "
-                       f"docs/CUSTOM_DATA.md)")
+        raise FesError(
+            f"--dataset-file {p}: data_args.dataset is missing (e.g. custom, with train_file; docs/CUSTOM_DATA.md)"
+        )
     return name, overrides
 
 
@@ -294,14 +392,26 @@ def plans(o: FidelityOptions) -> dict[str, BenchPlan]:
     out = Path(o.out)
     result = {}
     for name, keys in dataset_sources(o).items():
-        overrides = {**keys,
-                     "common_args.output_dir": str(out), "common_args.cache_dir": str(out / "cache"),
-                     **o.overrides}
+        overrides = {
+            **keys,
+            "common_args.output_dir": str(out),
+            "common_args.cache_dir": str(out / "cache"),
+            **o.overrides,
+        }
         if o.jobs > 1:
             overrides["common_args.torch_threads"] = 1  # two runs on two cores: one thread each
-        result[name] = load_bench(o.cf, overrides, {"title": f"fidelity: {name}", "methods": list(o.methods),
-                                                    "seeds": list(o.seeds), "full_label": False,
-                                                    "calibrate_host": False, "targets": []})
+        result[name] = load_bench(
+            o.cf,
+            overrides,
+            {
+                "title": f"fidelity: {name}",
+                "methods": list(o.methods),
+                "seeds": list(o.seeds),
+                "full_label": False,
+                "calibrate_host": False,
+                "targets": [],
+            },
+        )
     return result
 
 
@@ -317,8 +427,10 @@ def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
             if _status(rd) == "completed":
                 changed = [k for k in _config_changes(rd, cfg) if k not in PATH_KEYS]
                 if changed:
-                    raise FesError(f"{rd} was run with a different config ({', '.join(changed[:4])} changed); "
-                                   f"use another --out or remove that run directory")
+                    raise FesError(
+                        f"{rd} was run with a different config ({', '.join(changed[:4])} changed); "
+                        f"use another --out or remove that run directory"
+                    )
                 done += 1
                 continue
             todo.append(Pending(name, method, seed, cfg, rd))
@@ -327,6 +439,7 @@ def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
 
 # ---- running ---------------------------------------------------------------------------------
 
+
 def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
     """Run what is not finished yet (resumable), then write the CSV and the report."""
     check_options(o)
@@ -334,22 +447,29 @@ def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
     out = Path(o.out)
     out.mkdir(parents=True, exist_ok=True)
     _log_command(o)
-    echo(f"fidelity benchmark: {len(todo) + done} runs, {done} already complete, {len(todo)} to do in {out} "
-         f"({o.jobs} at a time)")
+    echo(
+        f"fidelity benchmark: {len(todo) + done} runs, {done} already complete, {len(todo)} to do in {out} "
+        f"({o.jobs} at a time)"
+    )
     if todo:
         from fedml_fes_plugins.bench.runner import BenchInterrupted
         from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+
         preflight(todo)
         try:
             for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
                 ensure_mlm_build(p.cfg, echo)
         except KeyboardInterrupt:
-            raise BenchInterrupted("fidelity interrupted while building the MLM head (nothing half-built is "
-                                   "cached); run the same command again to resume") from None
+            raise BenchInterrupted(
+                "fidelity interrupted while building the MLM head (nothing half-built is "
+                "cached); run the same command again to resume"
+            ) from None
         started = time.time()
         failed = o.failed = _run_all(todo, o.jobs, echo)
-        echo(f"{len(todo) - len(failed)} of {len(todo)} runs completed in {(time.time() - started) / 60:.1f} min"
-             + (f"; failed: {', '.join(failed)} (the next invocation runs them again)" if failed else ""))
+        echo(
+            f"{len(todo) - len(failed)} of {len(todo)} runs completed in {(time.time() - started) / 60:.1f} min"
+            + (f"; failed: {', '.join(failed)} (the next invocation runs them again)" if failed else "")
+        )
     return report(o, echo)
 
 
@@ -358,6 +478,7 @@ def preflight(todo: list[Pending]) -> None:
     the meta device; seconds, no weights), before the MLM build or any run: a dataset file whose
     verbalizer misses a class fails here in one line, not after an hour of other runs."""
     from fedml_fes.runtime.preview import preview_run
+
     seen: set[tuple[str, str]] = set()
     for p in todo:
         if (p.dataset, p.method) not in seen:
@@ -388,9 +509,11 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
             try:
                 status = run_job(p.cfg, str(p.run_dir), p.tag)
             except KeyboardInterrupt:
-                raise BenchInterrupted(f"fidelity interrupted during {p.tag}; finished runs are kept in "
-                                       f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
-                                       f"command again to resume") from None
+                raise BenchInterrupted(
+                    f"fidelity interrupted during {p.tag}; finished runs are kept in "
+                    f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
+                    f"command again to resume"
+                ) from None
             echo(f"[{i}/{len(todo)}] {_result_line(p, status)}")
             if status.get("status") != "completed":
                 failed.append(p.tag)
@@ -401,13 +524,13 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
 def run_job(cfg: FesConfig, run_dir: str, tag: str) -> dict[str, Any]:
     """One run, in this process; its test-set class counts go beside it (the majority-class rate)."""
     from fedml_fes.runtime.job import make_run_dir
-
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     start = time.time()
     try:
-        summary = run_in_process(cfg, make_run_dir(cfg, run_dir), progress=False,
-                                 echo=lambda line: print(f"  [{tag}] {line}", flush=True))
+        summary = run_in_process(
+            cfg, make_run_dir(cfg, run_dir), progress=False, echo=lambda line: print(f"  [{tag}] {line}", flush=True)
+        )
     except FesError as e:
         return {"status": "failed", "error": str(e), "seconds": time.time() - start}
     heldout_classes(Path(run_dir), cfg)
@@ -475,8 +598,10 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
                         echo(f"[{finished}/{len(todo)}] {p.tag}: worker exited with code {w['proc'].exitcode}")
                         w["job"] = None
                         tasks = ctx.Queue()
-                        w["tasks"], w["proc"] = tasks, ctx.Process(target=_worker_loop, args=(tasks, results),
-                                                                   daemon=True)
+                        w["tasks"], w["proc"] = (
+                            tasks,
+                            ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True),
+                        )
                         w["proc"].start()
                 continue
             w = next(w for w in workers if w["job"] is not None and w["job"][0] == key)
@@ -495,9 +620,11 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
             w["proc"].join(timeout=60)
             if w["proc"].is_alive():
                 w["proc"].kill()
-        raise BenchInterrupted(f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
-                               f"are kept (interrupted ones are set aside and redone); run the same command "
-                               f"again to resume") from None
+        raise BenchInterrupted(
+            f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
+            f"are kept (interrupted ones are set aside and redone); run the same command "
+            f"again to resume"
+        ) from None
     for w in workers:
         w["tasks"].put(None)
     for w in workers:
@@ -515,6 +642,7 @@ def _log_command(o: FidelityOptions) -> None:
 
 
 # ---- one run's row, from its folder ----------------------------------------------------------
+
 
 def _cached_in_run(run_dir: Path, name: str, compute: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
     """`compute()` once per run folder, kept there as `name` (a read-only copy of the runs: every time)."""
@@ -535,18 +663,26 @@ def _data_of(data_key: str) -> Any:
     """The federated data of a data section and seed, built once per report (every method of a seed
     shares it; `data_key` is their JSON)."""
     from fedml_fes.data.federated import build_federated_data
+
     raw = json.loads(data_key)
     return build_federated_data(config_from_dict(raw))[0]
 
 
 def heldout_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any]:
     """Class counts of the run's test set (its config's data section and seed); cached in the run folder."""
+
     def compute() -> dict[str, Any]:
         from fedml_fes.data.sources import load_source
+
         test = load_source(cfg or _saved_config(run_dir)).test
         counts = test.class_counts()
-        return {"classes": list(test.classes), "counts": counts, "size": int(sum(counts)),
-                "majority_rate": max(counts) / sum(counts) if sum(counts) else float("nan")}
+        return {
+            "classes": list(test.classes),
+            "counts": counts,
+            "size": int(sum(counts)),
+            "majority_rate": max(counts) / sum(counts) if sum(counts) else float("nan"),
+        }
+
     return _cached_in_run(run_dir, "test_classes.json", compute)
 
 
@@ -556,15 +692,19 @@ def gold_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any] 
     0.001: one or two clients hold them all) a class can have none, which no method trained on
     them can learn without a prior from the MLM. Cached in the run folder; None when the data
     cannot be read here."""
+
     def compute() -> dict[str, Any] | None:
         c = cfg or _saved_config(run_dir)
-        key = json.dumps({"data_args": c.to_dict()["data_args"],
-                          "common_args": {"random_seed": c.common.random_seed}}, sort_keys=True)
+        key = json.dumps(
+            {"data_args": c.to_dict()["data_args"], "common_args": {"random_seed": c.common.random_seed}},
+            sort_keys=True,
+        )
         try:
             gold = _data_of(key).pooled_gold()
         except FesError:
             return None
         return {"classes": list(gold.classes), "counts": gold.class_counts()} if gold is not None else None
+
     return _cached_in_run(run_dir, "gold_classes.json", compute)
 
 
@@ -574,12 +714,19 @@ def _saved_config(run_dir: Path) -> FesConfig:
     import dataclasses
 
     import yaml
+
     raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
     default = FesConfig()
-    known = {f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
-             for f in dataclasses.fields(FesConfig) if dataclasses.is_dataclass(getattr(default, f.name))}
-    kept = {sec: {k: v for k, v in (values or {}).items() if k in known[sec]}
-            for sec, values in raw.items() if sec in known and isinstance(values, dict)}
+    known = {
+        f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
+        for f in dataclasses.fields(FesConfig)
+        if dataclasses.is_dataclass(getattr(default, f.name))
+    }
+    kept = {
+        sec: {k: v for k, v in (values or {}).items() if k in known[sec]}
+        for sec, values in raw.items()
+        if sec in known and isinstance(values, dict)
+    }
     return config_from_dict(kept, source=str(Path(run_dir) / "config.yaml"))
 
 
@@ -593,9 +740,9 @@ def emulated_hours(run_dir: Path, cfg: FesConfig) -> float:
     run = load_run(run_dir)
     if not run.tasks:
         return float("nan")
-    totals = BenchData({(run.method, run.seed): run}).totals(run.method, load_profile(DEVICE, cfg.cost.device_dir
-                                                                                          or None),
-                                                             network_of(cfg.cost))
+    totals = BenchData({(run.method, run.seed): run}).totals(
+        run.method, load_profile(DEVICE, cfg.cost.device_dir or None), network_of(cfg.cost)
+    )
     return totals.hours if totals is not None else float("nan")
 
 
@@ -616,19 +763,28 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
             return float(row.get(key) or 0)
         except ValueError:
             return 0.0
+
     accuracy = summary.get("final")
     if accuracy is None:  # the last evaluated round's accuracy
         scored = [r for r in rows if r.get(summary.get("primary_metric", "test_acc")) not in (None, "")]
         accuracy = num(scored[-1], summary.get("primary_metric", "test_acc")) if scored else float("nan")
     # the dataset is the run's folder, <out>/<dataset>/runs/<method>-s<seed>: a built-in's name or a
     # dataset file's stem (two files of custom data share data_args.dataset)
-    return {"dataset": run_dir.parent.parent.name, "seed": cfg.common.random_seed, "method": cfg.train.method,
-            "accuracy": float(accuracy), "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
-            "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
-            "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
-            "emulated_hours": emulated_hours(run_dir, cfg), "model": cfg.model.model,
-            "device": summary.get("device", ""), "_config": cfg.to_dict(), "_run_dir": str(run_dir),
-            "_gold": gold_classes(run_dir, cfg)}
+    return {
+        "dataset": run_dir.parent.parent.name,
+        "seed": cfg.common.random_seed,
+        "method": cfg.train.method,
+        "accuracy": float(accuracy),
+        "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
+        "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
+        "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
+        "emulated_hours": emulated_hours(run_dir, cfg),
+        "model": cfg.model.model,
+        "device": summary.get("device", ""),
+        "_config": cfg.to_dict(),
+        "_run_dir": str(run_dir),
+        "_gold": gold_classes(run_dir, cfg),
+    }
 
 
 def collect_rows(out: Path) -> list[dict[str, Any]]:
@@ -641,12 +797,14 @@ def collect_rows(out: Path) -> list[dict[str, Any]]:
                 rows.append(row)
     order = {m: i for i, m in enumerate(METHODS)}
     dorder = {d: i for i, d in enumerate(KNOWN)}
-    rows.sort(key=lambda r: (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], order.get(r["method"], 99),
-                             r["method"]))
+    rows.sort(
+        key=lambda r: (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], order.get(r["method"], 99), r["method"])
+    )
     return rows
 
 
 # ---- statistics and the done-checks ---------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -685,11 +843,14 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Cell]], d
         for m in dict.fromkeys(r["method"] for r in mine):
             rs = [r for r in mine if r["method"] == m]
             accs = [r["accuracy"] for r in rs]
-            cells[d][m] = Cell({r["seed"]: r["accuracy"] for r in rs}, _mean(accs),
-                               statistics.stdev(accs) if len(accs) > 1 else 0.0,
-                               _mean([float(r["bytes_up"]) for r in rs]),
-                               _mean([float(r["pseudo_labels"]) for r in rs]),
-                               _mean([r["emulated_hours"] for r in rs]))
+            cells[d][m] = Cell(
+                {r["seed"]: r["accuracy"] for r in rs},
+                _mean(accs),
+                statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                _mean([float(r["bytes_up"]) for r in rs]),
+                _mean([float(r["pseudo_labels"]) for r in rs]),
+                _mean([r["emulated_hours"] for r in rs]),
+            )
     return cells, majority
 
 
@@ -726,15 +887,19 @@ def paired_difference(a: Cell, b: Cell) -> str:
 
 
 def checks(rows: list[dict[str, Any]]) -> list[Check]:
-    """Issue 17's done-checks, on the datasets that have runs (a dataset lacking a method fails)."""
+    """The four done-checks, on the datasets that have runs (a dataset lacking a method fails)."""
     cells, majority = summarize(rows)
     datasets = list(cells)
     out = []
 
     def accuracy(fes, fsl):
         good = fes.mean >= fsl.mean - ACC_SLACK - 1e-12
-        return good, f"FeS {fes.mean:.4f} vs FedFSL {fsl.mean:.4f} - {ACC_SLACK} = {fsl.mean - ACC_SLACK:.4f}", \
-            paired_difference(fes, fsl)
+        return (
+            good,
+            f"FeS {fes.mean:.4f} vs FedFSL {fsl.mean:.4f} - {ACC_SLACK} = {fsl.mean - ACC_SLACK:.4f}",
+            paired_difference(fes, fsl),
+        )
+
     ok, lines = _fes_vs_fedfsl(cells, datasets, accuracy)
     out.append(Check("a", f"on every dataset FeS mean accuracy >= FedFSL mean - {ACC_SLACK}", ok, lines))
 
@@ -747,11 +912,17 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
         below = [f"{LABELS.get(m, m)} {c.mean:.4f}" for m, c in cells[d].items() if not c.mean > majority[d]]
         ok &= not below
         lowest = min(cells[d].items(), key=lambda mc: mc[1].mean)
-        lines.append(f"{d}: majority-class rate {majority[d]:.4f}; " +
-                     (f"at or below it: {', '.join(below)} (NOT met)" if below else
-                      f"lowest method {LABELS.get(lowest[0], lowest[0])} {lowest[1].mean:.4f} (met)"))
-    out.append(Check("b", "on every dataset every method's mean accuracy > the majority-class rate", ok,
-                     lines or ["no runs"]))
+        lines.append(
+            f"{d}: majority-class rate {majority[d]:.4f}; "
+            + (
+                f"at or below it: {', '.join(below)} (NOT met)"
+                if below
+                else f"lowest method {LABELS.get(lowest[0], lowest[0])} {lowest[1].mean:.4f} (met)"
+            )
+        )
+    out.append(
+        Check("b", "on every dataset every method's mean accuracy > the majority-class rate", ok, lines or ["no runs"])
+    )
 
     lines, count = [], 0  # (c)
     for d in datasets:
@@ -762,19 +933,35 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
         fsl, prm, cls = (cells[d][m].mean for m in ("fedfsl", "prompt_only", "fedcls"))
         good = fsl >= prm >= cls
         count += good
-        lines.append(f"{d}: FedFSL {fsl:.4f} {'>=' if fsl >= prm else '<'} Prompt-only {prm:.4f} "
-                     f"{'>=' if prm >= cls else '<'} FedCLS {cls:.4f} ({'holds' if good else 'does not hold'})")
-    out.append(Check("c", "FedFSL >= Prompt-only >= FedCLS by mean on at least two of the three datasets",
-                     count >= 2, [f"holds on {count} of {len(datasets)} datasets"] + lines))
+        lines.append(
+            f"{d}: FedFSL {fsl:.4f} {'>=' if fsl >= prm else '<'} Prompt-only {prm:.4f} "
+            f"{'>=' if prm >= cls else '<'} FedCLS {cls:.4f} ({'holds' if good else 'does not hold'})"
+        )
+    out.append(
+        Check(
+            "c",
+            "FedFSL >= Prompt-only >= FedCLS by mean on at least two of the three datasets",
+            count >= 2,
+            [f"holds on {count} of {len(datasets)} datasets"] + lines,
+        )
+    )
 
     def traffic(fes, fsl):
         good = fes.bytes_up <= fsl.bytes_up / TRAFFIC_RATIO
         ratio = f"{fsl.bytes_up / fes.bytes_up:,.0f}x less" if fes.bytes_up > 0 else "FeS uploaded nothing"
-        return good, (f"FeS {fes.bytes_up:,.0f} B vs FedFSL {fsl.bytes_up:,.0f} B / {TRAFFIC_RATIO:,.0f} = "
-                      f"{fsl.bytes_up / TRAFFIC_RATIO:,.0f} B"), ratio
+        return (
+            good,
+            (
+                f"FeS {fes.bytes_up:,.0f} B vs FedFSL {fsl.bytes_up:,.0f} B / {TRAFFIC_RATIO:,.0f} = "
+                f"{fsl.bytes_up / TRAFFIC_RATIO:,.0f} B"
+            ),
+            ratio,
+        )
+
     ok, lines = _fes_vs_fedfsl(cells, datasets, traffic)
-    out.append(Check("d", f"FeS bytes_up <= FedFSL bytes_up / {TRAFFIC_RATIO:,.0f} (per dataset, means over seeds)",
-                     ok, lines))
+    out.append(
+        Check("d", f"FeS bytes_up <= FedFSL bytes_up / {TRAFFIC_RATIO:,.0f} (per dataset, means over seeds)", ok, lines)
+    )
     return out
 
 
@@ -801,8 +988,14 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
         return inert_keys(cfg.get("train_args", {}).get("method", ""), cfg.get("model_args", {}).get("tuning", "full"))
 
     def flat(cfg: dict) -> dict[str, Any]:
-        return {f"{s}.{k}": json.dumps(_in_checkout(v), sort_keys=True) for s, vals in cfg.items() if s != "cost_args"
-                for k, v in vals.items() if f"{s}.{k}" not in VARYING_KEYS}
+        return {
+            f"{s}.{k}": json.dumps(_in_checkout(v), sort_keys=True)
+            for s, vals in cfg.items()
+            if s != "cost_args"
+            for k, v in vals.items()
+            if f"{s}.{k}" not in VARYING_KEYS
+        }
+
     configs = [(flat(r["_config"]), inert(r["_config"])) for r in rows]
     differ: set[str] = set()
     for key in {k for f, _ in configs for k in f}:  # compared among the runs whose method reads it
@@ -813,6 +1006,7 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
 
 
 # ---- the CSV and the markdown -----------------------------------------------------------------
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
@@ -838,8 +1032,11 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     meta = meta or {}
     cells, majority = summarize(rows)
     seeds = sorted({r["seed"] for r in rows})
-    lines = ["# Fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on one shared config", "",
-             f"Produced by `{command}` on {date}, from the run folders in `{out}`."]
+    lines = [
+        "# Fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on one shared config",
+        "",
+        f"Produced by `{command}` on {date}, from the run folders in `{out}`.",
+    ]
     runs_cmds = [c for c in meta.get("commands", []) if "--report-only" not in c.get("command", "")]
     if runs_cmds:
         lines += ["", "Runs made by: " + "; ".join(f"`{c['command']}` ({c['date']})" for c in runs_cmds[-5:]) + "."]
@@ -847,50 +1044,84 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     from_files = [d for d in present if d not in KNOWN]
     if rows:
         from fedml_fes.runtime.methods import inert_keys, is_inert
+
         c0 = rows[0]["_config"]
         # the MLM head as a run that reads it has it (a FedCLS run's config may predate its keys)
-        reads_mlm = [r["_config"] for r in rows if not is_inert("model_args.mlm_from", inert_keys(
-            r["method"], r["_config"].get("model_args", {}).get("tuning", "full")))]
+        reads_mlm = [
+            r["_config"]
+            for r in rows
+            if not is_inert(
+                "model_args.mlm_from", inert_keys(r["method"], r["_config"].get("model_args", {}).get("tuning", "full"))
+            )
+        ]
         m, t, d = (reads_mlm or [c0])[0].get("model_args", {}), c0.get("train_args", {}), c0.get("data_args", {})
-        model = m.get("model", "?") + (f" + MLM head: {mlm_origin(_in_checkout(m['mlm_from']), m.get('mlm_on_job_data', False))}"
-                                       if m.get("mlm_from") else "")
-        lines += ["", f"Shared config: `{meta.get('config', '?')}`. Model {model}, max length "
-                      f"{m.get('max_seq_length')}; "
-                      f"{t.get('comm_round')} rounds of {t.get('client_num_per_round')} clients; "
-                      f"{d.get('gold_labels')} gold labels (gamma {d.get('gold_sparsity')}, Dirichlet alpha "
-                      f"{d.get('partition_alpha')}); test accuracy after the last round on up to "
-                      f"{d.get('max_test_examples') or 'all'} test examples. Per dataset only the data keys "
-                      f"(dataset, data_dir, client_num_in_total) and the built-in PVP's pattern id differ"
-                      + ("" if not from_files else
-                         f" ({', '.join(from_files)}, from --dataset-file: also where and how the data reads, "
-                         f"and its own PVP)") + "; per run only the method and the seed."]
+        model = m.get("model", "?") + (
+            f" + MLM head: {mlm_origin(_in_checkout(m['mlm_from']), m.get('mlm_on_job_data', False))}"
+            if m.get("mlm_from")
+            else ""
+        )
+        lines += [
+            "",
+            f"Shared config: `{meta.get('config', '?')}`. Model {model}, max length "
+            f"{m.get('max_seq_length')}; "
+            f"{t.get('comm_round')} rounds of {t.get('client_num_per_round')} clients; "
+            f"{d.get('gold_labels')} gold labels (gamma {d.get('gold_sparsity')}, Dirichlet alpha "
+            f"{d.get('partition_alpha')}); test accuracy after the last round on up to "
+            f"{d.get('max_test_examples') or 'all'} test examples. Per dataset only the data keys "
+            f"(dataset, data_dir, client_num_in_total) and the built-in PVP's pattern id differ"
+            + (
+                ""
+                if not from_files
+                else f" ({', '.join(from_files)}, from --dataset-file: also where and how the data reads, "
+                f"and its own PVP)"
+            )
+            + "; per run only the method and the seed.",
+        ]
         devices = sorted({r.get("device") or "not recorded" for r in rows})
         lines += ["", "Computed on: " + "; ".join(devices) + "."]
         differ = shared_config_check(rows)
-        lines += ["", "One shared config across all runs: " + ("yes (checked from every run's config.yaml)."
-                                                                if not differ else
-                                                                f"**NO**, the runs differ in {', '.join(differ)}.")]
+        lines += [
+            "",
+            "One shared config across all runs: "
+            + (
+                "yes (checked from every run's config.yaml)."
+                if not differ
+                else f"**NO**, the runs differ in {', '.join(differ)}."
+            ),
+        ]
     held = [d for d in HELD_OUT if d in present] + from_files  # none of them tuned anything
     matrix = [d for d in DATASETS if set(present) - set(held) or not held] + held
     expected = len(matrix) * len(METHODS) * len(SEEDS)
-    lines += ["", f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
-                  f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))})."]
+    lines += [
+        "",
+        f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
+        f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))}).",
+    ]
     if held:
-        lines += ["", f"Held out of all tuning (nothing in the shared config was chosen on it, on any seed): "
-                      f"{', '.join(held)}."]
-    lines += ["",
-              "Accuracy in %: mean ± std over seeds (sample std) and per seed. Pseudo labels: in use at the end "
-              "of the run. Upload: all clients' upload bytes over the whole run. TX2 h: the run's emulated time on "
-              "the Jetson TX2 profile (fedml_fes/cost, docs/BENCHMARK.md). Means over seeds.", ""]
+        lines += [
+            "",
+            f"Held out of all tuning (nothing in the shared config was chosen on it, on any seed): {', '.join(held)}.",
+        ]
+    lines += [
+        "",
+        "Accuracy in %: mean ± std over seeds (sample std) and per seed. Pseudo labels: in use at the end "
+        "of the run. Upload: all clients' upload bytes over the whole run. TX2 h: the run's emulated time on "
+        "the Jetson TX2 profile (fedml_fes/cost, docs/BENCHMARK.md). Means over seeds.",
+        "",
+    ]
     if cells:
         names = list(cells)
         ordered = [m for m in METHODS if any(m in cells[d] for d in names)]
         ordered += list(dict.fromkeys(m for d in names for m in cells[d] if m not in ordered))  # each once
-        lines += ["## Mean accuracy (%)", "", "| method | " + " | ".join(names) + " |",
-                  "|---|" + "---|" * len(names)]
+        lines += ["## Mean accuracy (%)", "", "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for m in ordered:
-            lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(
-                f"{_pct(cells[d][m].mean)} ± {_pct(cells[d][m].std)}" if m in cells[d] else "-" for d in names) + " |")
+            lines.append(
+                f"| {LABELS.get(m, m)} | "
+                + " | ".join(
+                    f"{_pct(cells[d][m].mean)} ± {_pct(cells[d][m].std)}" if m in cells[d] else "-" for d in names
+                )
+                + " |"
+            )
         lines += ["| majority class | " + " | ".join(_pct(majority[d]) for d in names) + " |", ""]
     lines += ["## Done-checks", ""]
     for c in checks(rows):
@@ -900,26 +1131,43 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
         spec = KNOWN.get(d)
         cfg = next(r["_config"] for r in rows if r["dataset"] == d)
         prompt = cfg.get("prompt_args", {})
-        pvp = f"pattern \"{prompt['pattern']}\"" if prompt.get("pattern") else f"pattern id {prompt.get('pattern_id')}"
-        lines += ["", f"## {spec.label if spec else d} (`{d}`): {cfg['data_args'].get('client_num_in_total')} "
-                      f"clients, {pvp}, majority-class rate {_pct(majority[d])}%", "",
-                  "| method | accuracy | " + " | ".join(f"seed {s}" for s in seeds) +
-                  " | pseudo labels | upload (bytes) | TX2 h |",
-                  "|---|---|" + "---|" * len(seeds) + "---|---|---|"]
+        pvp = f'pattern "{prompt["pattern"]}"' if prompt.get("pattern") else f"pattern id {prompt.get('pattern_id')}"
+        lines += [
+            "",
+            f"## {spec.label if spec else d} (`{d}`): {cfg['data_args'].get('client_num_in_total')} "
+            f"clients, {pvp}, majority-class rate {_pct(majority[d])}%",
+            "",
+            "| method | accuracy | "
+            + " | ".join(f"seed {s}" for s in seeds)
+            + " | pseudo labels | upload (bytes) | TX2 h |",
+            "|---|---|" + "---|" * len(seeds) + "---|---|---|",
+        ]
         order = [m for m in METHODS if m in by_method] + [m for m in by_method if m not in METHODS]
         for m in order:
             c = by_method[m]
             per = " | ".join(_pct(c.per_seed[s]) if s in c.per_seed else "-" for s in seeds)
-            lines.append(f"| {LABELS.get(m, m)} | {_pct(c.mean)} ± {_pct(c.std)} | {per} | {c.pseudo_labels:,.0f} | "
-                         f"{c.bytes_up:,.0f} | {c.hours:.4g} |")
-        lines.append(f"| majority class | {_pct(majority[d])} | " + " | ".join(
-            _pct(_mean([r["majority_rate"] for r in rows if r["dataset"] == d and r["seed"] == s])) for s in seeds)
-            + " | | | |")
+            lines.append(
+                f"| {LABELS.get(m, m)} | {_pct(c.mean)} ± {_pct(c.std)} | {per} | {c.pseudo_labels:,.0f} | "
+                f"{c.bytes_up:,.0f} | {c.hours:.4g} |"
+            )
+        lines.append(
+            f"| majority class | {_pct(majority[d])} | "
+            + " | ".join(
+                _pct(_mean([r["majority_rate"] for r in rows if r["dataset"] == d and r["seed"] == s])) for s in seeds
+            )
+            + " | | | |"
+        )
         golds = {r["seed"]: r["_gold"] for r in rows if r["dataset"] == d and r.get("_gold")}
         if golds:
-            lines += ["", "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): "
-                      + "; ".join(f"seed {s}: " + ", ".join(f"{c} {n}" for c, n in zip(g["classes"], g["counts"]))
-                                  for s, g in sorted(golds.items())) + "."]
+            lines += [
+                "",
+                "Gold labels per class (each seed's few-shot set, before FeS's validation hold-out): "
+                + "; ".join(
+                    f"seed {s}: " + ", ".join(f"{c} {n}" for c, n in zip(g["classes"], g["counts"]))
+                    for s, g in sorted(golds.items())
+                )
+                + ".",
+            ]
     return "\n".join(lines) + "\n"
 
 

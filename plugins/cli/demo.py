@@ -15,6 +15,7 @@ Output: a progress bar per method, a table (accuracy, upload, emulated Jetson TX
 pseudo labels used) and `demo.png` (accuracy against emulated time and against traffic),
 all in `<output_dir>/demo-<time>/`, one run folder per method inside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,19 +44,44 @@ DEVICE = "jetson_tx2"
 # the methods.
 SHARED: dict[str, dict[str, Any]] = {
     "common_args": {"random_seed": 0, "torch_threads": 0, "precision": "auto"},
-    "data_args": {"dataset": "bbc_news", "client_num_in_total": 20, "partition_method": "niid_label",
-                  "partition_alpha": 1.0, "gold_labels": 64, "gold_sparsity": 0.001, "test_fraction": 0.2,
-                  "max_test_examples": 200},
+    "data_args": {
+        "dataset": "bbc_news",
+        "client_num_in_total": 20,
+        "partition_method": "niid_label",
+        "partition_alpha": 1.0,
+        "gold_labels": 64,
+        "gold_sparsity": 0.001,
+        "test_fraction": 0.2,
+        "max_test_examples": 200,
+    },
     "model_args": {"model": "offline:smollm2-135m", "max_seq_length": 64, "tuning": "full"},
     "prompt_args": {"pattern_id": 0},
-    "train_args": {"comm_round": 4, "client_num_per_round": 3, "epochs": 1, "batch_size": 4,
-                   "learning_rate": 1e-5, "eval_batch_size": 64, "frequency_of_the_test": 1},
+    "train_args": {
+        "comm_round": 4,
+        "client_num_per_round": 3,
+        "epochs": 1,
+        "batch_size": 4,
+        "learning_rate": 5e-5,
+        "eval_batch_size": 64,
+        "frequency_of_the_test": 1,
+    },
     "pseudo_args": {"start_round": 2, "label_every": 1, "label_clients": 3, "per_pass": 20, "soft_labels": True},
-    "tuning_args": {"full_layers": 0, "bias_layers": -1, "activation_cache": True, "bias_learning_rate": 0.001,
-                    "bias_epochs": 5},
+    "tuning_args": {
+        "full_layers": 0,
+        "bias_layers": -1,
+        "activation_cache": True,
+        "bias_learning_rate": 0.01,
+        "bias_epochs": 5,
+    },
     "filter_args": {"method": "vote_k", "rho": 10.0},
-    "pacing_args": {"mode": "adaptive", "trial_rounds": 1, "switch_threshold": 0.0, "train_sampling": "labels",
-                    "val_holdout": 0.25},
+    "pacing_args": {
+        "mode": "adaptive",
+        "trial_rounds": 1,
+        "switch_threshold": 0.0,
+        "train_sampling": "labels",
+        "val_holdout": 0.25,
+        "val_signal": "log_likelihood",
+    },
     "cost_args": {"devices": [DEVICE], "bandwidth_MBps": 1.0},
 }
 
@@ -64,26 +90,57 @@ SHARED: dict[str, dict[str, Any]] = {
 # (400 steps: held-out masked-token accuracy 0.197 here; the fidelity build's 800: 0.230).
 MLM: dict[str, dict[str, Any]] = {
     "common_args": {"random_seed": 0, "torch_threads": 0},
-    "data_args": {k: SHARED["data_args"][k] for k in ("dataset", "client_num_in_total", "partition_method",
-                                                      "partition_alpha", "gold_labels", "gold_sparsity")},
+    "data_args": {
+        k: SHARED["data_args"][k]
+        for k in (
+            "dataset",
+            "client_num_in_total",
+            "partition_method",
+            "partition_alpha",
+            "gold_labels",
+            "gold_sparsity",
+        )
+    },
     "model_args": {"model": "offline:all-MiniLM-L6-v2", "max_seq_length": 64},
-    "train_args": {"method": "fedbert_mlm", "comm_round": 12, "client_num_per_round": 1, "batch_size": 16,
-                   "learning_rate": 5e-4, "eval_batch_size": 64, "frequency_of_the_test": 12},
-    "mlm_args": {"local_steps": 20, "mask_probability": 0.15, "train_mask_probability": 0.3,
-                 "lr_schedule": "linear", "warmup_fraction": 0.06, "heldout_texts": 400},
+    "train_args": {
+        "method": "fedbert_mlm",
+        "comm_round": 12,
+        "client_num_per_round": 1,
+        "batch_size": 16,
+        "learning_rate": 5e-4,
+        "eval_batch_size": 64,
+        "frequency_of_the_test": 12,
+    },
+    "mlm_args": {
+        "local_steps": 20,
+        "mask_probability": 0.15,
+        "train_mask_probability": 0.3,
+        "lr_schedule": "linear",
+        "warmup_fraction": 0.06,
+        "heldout_texts": 400,
+    },
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rounds", type=int, default=None, help=f"rounds per method (default "
-                                                            f"{SHARED['train_args']['comm_round']})")
+    p.add_argument(
+        "--rounds", type=int, default=None, help=f"rounds per method (default {SHARED['train_args']['comm_round']})"
+    )
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, help="methods to compare")
     p.add_argument("--output-dir", default="runs", help="where the demo folder goes (default: runs)")
-    p.add_argument("--cache-dir", default=None, help="where the model is prepared once and reused (default: "
-                                                     "$FEDML_FES_CACHE, else $XDG_CACHE_HOME/fedml-fes or "
-                                                     "~/.cache/fedml-fes)")
-    p.add_argument("--mlm-rounds", type=int, default=MLM["train_args"]["comm_round"],
-                   help="rounds of the one-time MLM build (20 local steps each; default %(default)s)")
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where the model is prepared once and reused (default: "
+        "$FEDML_FES_CACHE, else $XDG_CACHE_HOME/fedml-fes or "
+        "~/.cache/fedml-fes)",
+    )
+    p.add_argument(
+        "--mlm-rounds",
+        type=int,
+        default=MLM["train_args"]["comm_round"],
+        help="rounds of the one-time MLM build (20 local steps each; default %(default)s)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of progress bars")
 
 
@@ -105,8 +162,9 @@ def demo_configs(opts: argparse.Namespace, mlm_yaml: Path | None = None) -> dict
         raw["train_args"]["method"] = method
         if opts.rounds is not None:
             raw["train_args"]["comm_round"] = opts.rounds
-            raw["train_args"]["frequency_of_the_test"] = min(raw["train_args"]["frequency_of_the_test"],
-                                                             max(opts.rounds, 1))
+            raw["train_args"]["frequency_of_the_test"] = min(
+                raw["train_args"]["frequency_of_the_test"], max(opts.rounds, 1)
+            )
         raw["common_args"]["cache_dir"] = str(cache)
         raw["common_args"]["output_dir"] = opts.output_dir
         if mlm_yaml is not None:  # the recipe, run on the demo's own data as fidelity.yaml's is
@@ -125,8 +183,9 @@ def write_mlm_config(opts: argparse.Namespace) -> Path:
     path = cache / "demo" / f"mlm_demo_{opts.mlm_rounds}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text("# written by `fedml-fes demo`: the demo's FedBERT MLM head build\n" +
-                   yaml.safe_dump(raw, sort_keys=False))
+    tmp.write_text(
+        "# written by `fedml-fes demo`: the demo's FedBERT MLM head build\n" + yaml.safe_dump(raw, sort_keys=False)
+    )
     tmp.replace(path)
     return path
 
@@ -136,22 +195,30 @@ def _gold_note(run_dir: Path) -> str:
     with (run_dir / "metrics.csv").open(newline="") as f:
         ids = sorted({c for row in csv.DictReader(f) for c in row["clients"].split() if c})
     who = f"client {ids[0]}" if len(ids) == 1 else f"clients {', '.join(ids)}"
-    return (f"note: FedCLS learns from gold labels only, and this skewed partition (gamma 0.001) puts the 64 gold "
-            f"labels on {who}, so {'that client trains' if len(ids) == 1 else 'only they train'} in every round; "
-            f"FedFSL and FeS also pseudo-label the other clients' text.")
+    return (
+        f"note: FedCLS learns from gold labels only, and this skewed partition (gamma 0.001) puts the 64 gold "
+        f"labels on {who}, so {'that client trains' if len(ids) == 1 else 'only they train'} in every round; "
+        f"FedFSL and FeS also pseudo-label the other clients' text."
+    )
 
 
 def _row(method: str, run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     from fedml_fes.report.run_plot import run_curve
+
     curve = run_curve(run_dir, DEVICE)
     with (run_dir / "metrics.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     pseudo = rows[-1].get("pseudo_total") if rows else ""
-    return {"method": LABELS[method], "accuracy": summary.get("final"),
-            "upload_bytes": int(curve.bytes_up[-1]) if curve.bytes_up else 0,
-            "tx2_hours": curve.hours[-1] if curve.hours else float("nan"),
-            "pseudo_labels": int(float(pseudo)) if pseudo not in (None, "") else 0,
-            "wall_s": summary.get("wall_s"), "run_dir": str(run_dir), "_curve": curve}
+    return {
+        "method": LABELS[method],
+        "accuracy": summary.get("final"),
+        "upload_bytes": int(curve.bytes_up[-1]) if curve.bytes_up else 0,
+        "tx2_hours": curve.hours[-1] if curve.hours else float("nan"),
+        "pseudo_labels": int(float(pseudo)) if pseudo not in (None, "") else 0,
+        "wall_s": summary.get("wall_s"),
+        "run_dir": str(run_dir),
+        "_curve": curve,
+    }
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -159,8 +226,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         acc = f"{r['accuracy']:.3f}" if isinstance(r["accuracy"], (int, float)) else "-"
-        lines.append(f"{r['method']:<8} {acc:>8} {_bytes(r['upload_bytes']):>12} {r['tx2_hours']:>10.4f} "
-                     f"{r['pseudo_labels']:>13} {r['wall_s'] or 0:>6.0f}s")
+        lines.append(
+            f"{r['method']:<8} {acc:>8} {_bytes(r['upload_bytes']):>12} {r['tx2_hours']:>10.4f} "
+            f"{r['pseudo_labels']:>13} {r['wall_s'] or 0:>6.0f}s"
+        )
     return "\n".join(lines)
 
 
@@ -170,10 +239,12 @@ def _comparison(rows: list[dict[str, Any]]) -> str:
     fes, fsl = by.get("FeS"), by.get("FedFSL")
     if not fes or not fsl or not fes["upload_bytes"] or not fes["tx2_hours"]:
         return ""
-    return (f"FeS vs FedFSL: {fsl['upload_bytes'] / fes['upload_bytes']:,.0f}x less upload, "
-            f"{fsl['tx2_hours'] / fes['tx2_hours']:,.0f}x less emulated TX2 time, accuracy "
-            f"{fes['accuracy']:.3f} vs {fsl['accuracy']:.3f} (one seed of one dataset: docs/BENCHMARK.md's fidelity "
-            f"benchmark has seeds 0-2 on three datasets).")
+    return (
+        f"FeS vs FedFSL: {fsl['upload_bytes'] / fes['upload_bytes']:,.0f}x less upload, "
+        f"{fsl['tx2_hours'] / fes['tx2_hours']:,.0f}x less emulated TX2 time, accuracy "
+        f"{fes['accuracy']:.3f} vs {fsl['accuracy']:.3f} (one seed of one dataset: docs/BENCHMARK.md's fidelity "
+        f"benchmark has seeds 0-2 on three datasets)."
+    )
 
 
 def _bytes(n: float) -> str:
@@ -185,11 +256,11 @@ def _bytes(n: float) -> str:
 
 
 def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> int:
+    from fedml_fes.models import is_causal_lm
     from fedml_fes.report.run_plot import plot_runs
     from fedml_fes.runtime.preview import preview_run
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
-    from fedml_fes.models import is_causal_lm
     if opts.cache_dir:  # the packaged model's folder too (fedml_fes.packaged_models.user_cache_dir)
         os.environ["FEDML_FES_CACHE"] = str(Path(opts.cache_dir).resolve())
     model = demo_configs(opts)[opts.methods[0]].model.model
@@ -205,14 +276,17 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     out = Path(opts.output_dir) / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=False)
     echo(f"demo folder: {out}")
-    echo(f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: 20 clients, 64 gold labels skewed "
-         f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each ({model})")
+    echo(
+        f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: 20 clients, 64 gold labels skewed "
+        f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each ({model})"
+    )
     progress = not opts.no_progress and sys.stderr.isatty()
     rows = []
     for method, cfg in configs.items():
         echo(f"--- {LABELS[method]} ({method})")
         run_dir = out / method
         from fedml_fes.runtime.job import make_run_dir
+
         make_run_dir(cfg, str(run_dir))
         summary = run_in_process(cfg, run_dir, progress=progress, echo=echo)
         if summary.get("status") != "completed":
@@ -222,15 +296,18 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
             echo(_gold_note(run_dir))
     echo("")
     echo(_table(rows))
-    if (line := _comparison(rows)):
+    if line := _comparison(rows):
         echo(line)
     with (out / "demo.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=[k for k in rows[0] if not k.startswith("_")], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    plot = plot_runs({r["method"]: r["_curve"] for r in rows}, out / "demo.png",
-                     f"BBC News, 64 gold labels (skewed), {model}: accuracy vs emulated time and traffic",
-                     COLORS)
+    plot = plot_runs(
+        {r["method"]: r["_curve"] for r in rows},
+        out / "demo.png",
+        f"BBC News, 64 gold labels (skewed), {model}: accuracy vs emulated time and traffic",
+        COLORS,
+    )
     echo(f"table: {out / 'demo.csv'}")
     echo(f"plot:  {plot}")
     return 0

@@ -12,6 +12,7 @@
 
 Every user error is one line on stderr (`fedml-fes: error: ...`) and a non-zero exit code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,98 +30,146 @@ def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool 
     add_set_argument(p, "override a config key, e.g. --set train_args.comm_round=3 (repeatable)")
     p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
     if resume:
-        p.add_argument("--resume", action="store_true",
-                       help="continue the run in --run-dir after its last finished round (its checkpoint.pt), with "
-                            "the same config and --set values; a completed run is reported and left as it is")
+        p.add_argument(
+            "--resume",
+            action="store_true",
+            help="continue the run in --run-dir after its last finished round (its checkpoint.pt), with "
+            "the same config and --set values; a completed run is reported and left as it is",
+        )
     if dry_run:
-        p.add_argument("--dry-run", action="store_true",
-                       help="check the config, data, partition and prompt and say what the run would do, in "
-                            "seconds; load no weights, create no run directory")
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="check the config, data, partition and prompt and say what the run would do, in "
+            "seconds; load no weights, create no run directory",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedml-fes", description="FeS: federated few-shot NLP on FedML.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="FedCLS, FedFSL and FeS side by side (offline model and data, in-process)",
-                          description="FedCLS, FedFSL and FeS on the same offline skewed few-shot partition of "
-                                      "BBC News, in-process FedML runtime: a progress bar per method, a table "
-                                      "(accuracy, upload, emulated Jetson TX2 hours, pseudo labels) and a plot. "
-                                      "The first demo builds the MiniLM's MLM head (cached for later runs).")
+    demo = sub.add_parser(
+        "demo",
+        help="FedCLS, FedFSL and FeS side by side (offline model and data, in-process)",
+        description="FedCLS, FedFSL and FeS on the same offline skewed few-shot partition of "
+        "BBC News, in-process FedML runtime: a progress bar per method, a table "
+        "(accuracy, upload, emulated Jetson TX2 hours, pseudo labels) and a plot. "
+        "The first demo builds the MiniLM's MLM head (cached for later runs).",
+    )
     from fedml_fes_plugins.cli.demo import add_arguments as add_demo_arguments
+
     add_demo_arguments(demo)
     add_set_argument(demo, "override a shared setting for every method, e.g. --set common_args.random_seed=1")
-    demo.add_argument("--dry-run", action="store_true",
-                      help="check the data, partition and prompts and say what the demo would do; load no "
-                           "weights, write nothing")
+    demo.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the data, partition and prompts and say what the demo would do; load no weights, write nothing",
+    )
 
-    run = sub.add_parser("run", help="run a config with the in-process runtime",
-                         description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.")
+    run = sub.add_parser(
+        "run",
+        help="run a config with the in-process runtime",
+        description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.",
+    )
     run.add_argument("--cf", required=True, help="run config YAML")
     run.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     _add_common(run, dry_run=True, resume=True)
 
-    mpi = sub.add_parser("mpirun", help="run a config under mpirun (rank 0 server, others clients)",
-                         description="Launch mpirun -np N with FedML's MPI communication; same round "
-                                     "logic and results as `run`. Full mpirun output goes to "
-                                     "<run_dir>/mpirun.log.")
+    mpi = sub.add_parser(
+        "mpirun",
+        help="run a config under mpirun (rank 0 server, others clients)",
+        description="Launch mpirun -np N with FedML's MPI communication; same round "
+        "logic and results as `run`. Full mpirun output goes to "
+        "<run_dir>/mpirun.log.",
+    )
     mpi.add_argument("-np", "--np", type=int, required=True, help="processes: 1 server + N-1 client workers")
     mpi.add_argument("--cf", required=True, help="run config YAML")
     mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(mpi, dry_run=True, resume=True)
 
-    split = sub.add_parser("split", help="FedBERT split learning (client: embeddings + head, server: encoder body)",
-                           description="Split learning on a config's split_args (task mlm | classification, schedule "
-                                       "parallel | sequential): activations and gradients cross the link every step, "
-                                       "and their bytes are counted. In-process, or under mpirun with -np N (rank 0: "
-                                       "the server body, ranks 1..N-1: clients).")
+    split = sub.add_parser(
+        "split",
+        help="FedBERT split learning (client: embeddings + head, server: encoder body)",
+        description="Split learning on a config's split_args (task mlm | classification, schedule "
+        "parallel | sequential): activations and gradients cross the link every step, "
+        "and their bytes are counted. In-process, or under mpirun with -np N (rank 0: "
+        "the server body, ranks 1..N-1: clients).",
+    )
     split.add_argument("--cf", required=True, help="run config YAML (split_args)")
-    split.add_argument("-np", "--np", type=int, default=0, help="run under mpirun with N processes (default: in-process)")
+    split.add_argument(
+        "-np", "--np", type=int, default=0, help="run under mpirun with N processes (default: in-process)"
+    )
     split.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
     _add_common(split)
 
     from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments
     from fedml_fes_plugins.cli.partition import add_arguments as add_partition_arguments
     from fedml_fes_plugins.cross_silo.main import add_arguments as add_silo_arguments
+
     # subcommands whose arguments their own module declares: (name, help, description, declare)
     delegated = [
-        ("cross-silo", "one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
-         "Start the server (--role server --rank 0) or one client process (--role client --rank k) of a "
-         "cross-silo run; each on its own machine. See docs/DEPLOY.md.", add_silo_arguments),
-        ("bench", "FedCLS, FedFSL, FedFSL-BIAS, FeS and ablations side by side, with costs",
-         "Run every method of a benchmark preset on the same partition and seeds (resumable), then write the "
-         "cost report (markdown, CSV, PNG): accuracy, time to accuracy on emulated devices, traffic, energy, "
-         "peak memory. See docs/BENCHMARK.md.", add_bench_arguments),
-        ("partition", "show a config's partition: per-client counts, CSV, heat map",
-         "Build the config's client partition (no training): print per-client counts and write partition.csv "
-         "and partition.png.", add_partition_arguments),
+        (
+            "cross-silo",
+            "one process of a cross-silo run (server or client, FedML gRPC/MQTT_S3)",
+            "Start the server (--role server --rank 0) or one client process (--role client --rank k) of a "
+            "cross-silo run; each on its own machine. See docs/DEPLOY.md.",
+            add_silo_arguments,
+        ),
+        (
+            "bench",
+            "FedCLS, FedFSL, FedFSL-BIAS, FeS and ablations side by side, with costs",
+            "Run every method of a benchmark preset on the same partition and seeds (resumable), then write the "
+            "cost report (markdown, CSV, PNG): accuracy, time to accuracy on emulated devices, traffic, energy, "
+            "peak memory. See docs/BENCHMARK.md.",
+            add_bench_arguments,
+        ),
+        (
+            "partition",
+            "show a config's partition: per-client counts, CSV, heat map",
+            "Build the config's client partition (no training): print per-client counts and write partition.csv "
+            "and partition.png.",
+            add_partition_arguments,
+        ),
     ]
     for name, summary, description, declare in delegated[:1]:
         declare(sub.add_parser(name, help=summary, description=description))
 
-    local = sub.add_parser("cross-silo-local", help="a whole cross-silo run on this machine (server + silos)",
-                           description="Start the server and every client process of a cross-silo config here, "
-                                       "supervised; logs in <run_dir>/logs/.")
+    local = sub.add_parser(
+        "cross-silo-local",
+        help="a whole cross-silo run on this machine (server + silos)",
+        description="Start the server and every client process of a cross-silo config here, "
+        "supervised; logs in <run_dir>/logs/.",
+    )
     local.add_argument("--cf", required=True, help="run config YAML (training_type: cross_silo)")
-    local.add_argument("--local-services", action="store_true",
-                       help="use free loopback ports: start mosquitto and a moto S3 endpoint (MQTT_S3), "
-                            "or write a fresh gRPC ipconfig (GRPC)")
+    local.add_argument(
+        "--local-services",
+        action="store_true",
+        help="use free loopback ports: start mosquitto and a moto S3 endpoint (MQTT_S3), "
+        "or write a fresh gRPC ipconfig (GRPC)",
+    )
     _add_common(local, resume=True)
 
-    device = sub.add_parser("cross-device-local",
-                            help="FedML's cross-device (Beehive) server + emulated devices on this machine",
-                            description="FeS on FedML 0.9.6's cross-device server runtime with comm_args.silo_num "
-                                        "emulated devices (Python processes speaking the server's MQTT + S3 "
-                                        "protocol); logs in <run_dir>/logs/. See docs/DEPLOY.md, Beehive.")
+    device = sub.add_parser(
+        "cross-device-local",
+        help="FedML's cross-device (Beehive) server + emulated devices on this machine",
+        description="FeS on FedML 0.9.6's cross-device server runtime with comm_args.silo_num "
+        "emulated devices (Python processes speaking the server's MQTT + S3 "
+        "protocol); logs in <run_dir>/logs/. See docs/DEPLOY.md, Beehive.",
+    )
     device.add_argument("--cf", required=True, help="run config YAML (comm_args.backend: MQTT_S3_MNN)")
-    device.add_argument("--local-services", action="store_true",
-                        help="start mosquitto and a moto S3 endpoint on free loopback ports")
+    device.add_argument(
+        "--local-services", action="store_true", help="start mosquitto and a moto S3 endpoint on free loopback ports"
+    )
     device.add_argument("--timeout", type=float, default=None, help="end the run after this many seconds")
     _add_common(device)
 
-    plan = sub.add_parser("plan", help="choose the co-planning depth by binary search with short proxy runs",
-                          description="Probe trainable depths (bias-only top layers) with short in-process runs "
-                                      "of the config and pick the shallowest within --tolerance of the deepest.")
+    plan = sub.add_parser(
+        "plan",
+        help="choose the co-planning depth by binary search with short proxy runs",
+        description="Probe trainable depths (bias-only top layers) with short in-process runs "
+        "of the config and pick the shallowest within --tolerance of the deepest.",
+    )
     plan.add_argument("--cf", required=True, help="run config YAML (a prompt method, e.g. fes)")
     plan.add_argument("--rounds", type=int, default=3, help="proxy rounds per probed depth (default 3)")
     plan.add_argument("--tolerance", type=float, default=0.01, help="accuracy loss allowed (default 0.01)")
@@ -134,8 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
-    keep = {k: summary.get(k) for k in ("status", "primary_metric", "final", "best", "rounds_completed",
-                                         "wall_s", "mlm_path", "run_dir") if summary.get(k) is not None}
+    keep = {
+        k: summary.get(k)
+        for k in ("status", "primary_metric", "final", "best", "rounds_completed", "wall_s", "mlm_path", "run_dir")
+        if summary.get(k) is not None
+    }
     print(json.dumps(keep, indent=2))
 
 
@@ -148,19 +200,23 @@ def _refuse_split_config(opts: argparse.Namespace) -> None:
     """`run` / `mpirun` train train_args.method by FedAvg; a config written for split learning
     (it has a split_args section) would silently run that instead, so it is one line."""
     from fedml_fes.config import read_sections
+
     if "split_args" in read_sections(opts.cf) or any(s.startswith("split_args.") for s in opts.set or ()):
-        raise FesError(f"{opts.cf} sets split_args: it is a split-learning config, run it with "
-                       f"`fedml-fes split --cf {opts.cf}` (add -np N for mpirun)")
+        raise FesError(
+            f"{opts.cf} sets split_args: it is a split-learning config, run it with "
+            f"`fedml-fes split --cf {opts.cf}` (add -np N for mpirun)"
+        )
 
 
 def _cross_silo(opts: argparse.Namespace) -> int:
     """The cross-silo roles read their transport settings with their own loader."""
     if opts.command == "cross-silo":
         from fedml_fes_plugins.cross_silo.main import run_guarded
+
         return run_guarded(opts, lambda line: print(line, flush=True))
     from fedml_fes_plugins.cross_silo.launch import run_local
-    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services,
-                             resume=opts.resume))
+
+    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, resume=opts.resume))
     return 0
 
 
@@ -169,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = build_parser().parse_args(argv)
     if opts.command in ("run", "mpirun", "split"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
         from fedml_fes_plugins.runtimes.signals import stop_on_signals
+
         with stop_on_signals():
             code = _main(opts)
             if code >= 128 and argv is None:
@@ -183,6 +240,7 @@ def _leave_now(code: int) -> None:
     after a stop that landed inside a torch operation can crash (SIGSEGV at exit, about one
     stop in twenty here), which would turn the exit code into a signal's."""
     import logging
+
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
@@ -193,6 +251,7 @@ def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | 
     """--resume: the run can be continued (checked before anything is written); None without it,
     when a run left unfinished in --run-dir is refused rather than overwritten."""
     from fedml_fes.runtime.checkpoint import check_start
+
     return check_start(cfg, opts.run_dir, opts.resume)
 
 
@@ -203,49 +262,65 @@ def _main(opts: argparse.Namespace) -> int:
             return _cross_silo(opts)
         if opts.command == "cross-device-local":
             from fedml_fes_plugins.cross_device.launch import run_local as run_cross_device
-            summary = run_cross_device(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services,
-                                       timeout_s=opts.timeout)
+
+            summary = run_cross_device(
+                opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, timeout_s=opts.timeout
+            )
             _print_summary(summary)
             print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))
             return 0
         if opts.command == "demo":
             from fedml_fes_plugins.cli.demo import run_demo
+
             return run_demo(opts, lambda line: print(line, flush=True))
         if opts.command == "bench":
             from fedml_fes_plugins.cli.bench import run_bench_command
+
             return run_bench_command(opts)
         cfg = _config(opts)
         if opts.command == "partition":
             from fedml_fes_plugins.cli.partition import run_partition
+
             return run_partition(cfg, opts)
         if opts.command == "plan":
             from fedml_fes_plugins.cli.plan import run_plan
+
             return run_plan(cfg, opts)
         if opts.command == "split":
             from fedml_fes_plugins.runtimes.split_mpi import run_split_command
+
             _print_summary(run_split_command(cfg, opts))
             return 0
         _refuse_split_config(opts)
         from fedml_fes.runtime.rundir import check_run_paths
+
         check_run_paths(cfg, opts.run_dir)  # where it writes: a file in the way, read-only, a live run's
         from fedml_fes.runtime.job import make_run_dir
         from fedml_fes.runtime.preview import preview_run
+
         preview = preview_run(cfg)  # what can fail before anything is loaded or written
         point = _resume_point(cfg, opts)
         if opts.dry_run:
             print("\n".join(preview), flush=True)
             if point is not None:
-                print(f"resume: after round {point['round']} of {point['num_rounds']} "
-                      f"({'completed' if point['completed'] else 'continues'})", flush=True)
+                print(
+                    f"resume: after round {point['round']} of {point['num_rounds']} "
+                    f"({'completed' if point['completed'] else 'continues'})",
+                    flush=True,
+                )
             return 0
         if point is not None and point["completed"]:
-            print(f"fedml-fes: the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; "
-                  f"nothing to resume", file=sys.stderr)
+            print(
+                f"fedml-fes: the run in {opts.run_dir} already completed all {point['num_rounds']} rounds; "
+                f"nothing to resume",
+                file=sys.stderr,
+            )
             _print_summary(json.loads((Path(opts.run_dir) / "summary.json").read_text()))
             return 0
         resume = point is not None
         if opts.command == "mpirun":
             from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
+
             hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
             mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held while mpirun runs
@@ -253,10 +328,10 @@ def _main(opts: argparse.Namespace) -> int:
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held for the run's lifetime
             print(f"run directory: {run_dir}", flush=True)
-            summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty(),
-                                     resume=resume)
+            summary = run_in_process(cfg, run_dir, progress=not opts.no_progress and sys.stderr.isatty(), resume=resume)
         _print_summary(summary)
         return 0
     except FesError as e:
@@ -264,6 +339,7 @@ def _main(opts: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM under stop_on_signals
         from fedml_fes_plugins.runtimes.signals import interrupt_reason
+
         where = ""
         if run_dir:
             where = f"; finished rounds are kept in {run_dir}"

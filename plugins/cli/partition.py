@@ -7,6 +7,7 @@ partitioning took, and writes `partition.csv` and `partition.png` (heat map of l
 client) into DIR (default: a new folder under output_dir). `--fednlp-h5` also exports the
 data and the partition as FedNLP h5 files in DIR.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cf", required=True, help="run config YAML (its data_args and random_seed are used)")
     p.add_argument("--out", default=None, help="folder for partition.csv/.png (default: new folder under output_dir)")
     p.add_argument("--rows", type=int, default=10, help="client rows to print when there are many (default 10)")
-    p.add_argument("--fednlp-h5", action="store_true",
-                   help="also export <dataset>_data.h5 and <dataset>_partition.h5 in FedNLP's layout")
+    p.add_argument(
+        "--fednlp-h5",
+        action="store_true",
+        help="also export <dataset>_data.h5 and <dataset>_partition.h5 in FedNLP's layout",
+    )
     add_set_argument(p, "override a config key, e.g. --set data_args.client_num_in_total=1000 (repeatable)")
 
 
@@ -45,16 +49,37 @@ def export_fednlp(cfg: FesConfig, data: FederatedData, train: LabeledTexts, out:
     d = cfg.data
     n = len(train)
     data_path = write_fednlp_data(out / f"{d.dataset}_data.h5", train, data.test, d.dataset)
-    parts = [np.sort(np.concatenate([np.asarray(c.gold_example_ids, dtype=np.int64),
-                                     np.asarray(c.unlabeled.example_ids, dtype=np.int64)])) for c in data.clients]
+    parts = [
+        np.sort(
+            np.concatenate(
+                [np.asarray(c.gold_example_ids, dtype=np.int64), np.asarray(c.unlabeled.example_ids, dtype=np.int64)]
+            )
+        )
+        for c in data.clients
+    ]
     test = [np.asarray(ix, dtype=np.int64) + n for ix in data.client_test]
-    params = ({"alpha": d.partition_alpha} if d.partition_method == "niid_label"
-              else {"beta": d.partition_beta} if d.partition_method == "niid_quantity" else {})
-    attrs = {"fes_seed": cfg.common.random_seed, "fes_gold_labels": d.gold_labels,
-             "fes_gold_clients": d.gold_clients, "fes_gold_sparsity": d.gold_sparsity}
-    part_path = write_fednlp_partition(out / f"{d.dataset}_partition.h5", data.partition, parts, test, params,
-                                       gold=[np.asarray(c.gold_example_ids, dtype=np.int64) for c in data.clients],
-                                       attrs=attrs)
+    params = (
+        {"alpha": d.partition_alpha}
+        if d.partition_method == "niid_label"
+        else {"beta": d.partition_beta}
+        if d.partition_method == "niid_quantity"
+        else {}
+    )
+    attrs = {
+        "fes_seed": cfg.common.random_seed,
+        "fes_gold_labels": d.gold_labels,
+        "fes_gold_clients": d.gold_clients,
+        "fes_gold_sparsity": d.gold_sparsity,
+    }
+    part_path = write_fednlp_partition(
+        out / f"{d.dataset}_partition.h5",
+        data.partition,
+        parts,
+        test,
+        params,
+        gold=[np.asarray(c.gold_example_ids, dtype=np.int64) for c in data.clients],
+        attrs=attrs,
+    )
     return data_path, part_path
 
 
@@ -70,8 +95,9 @@ def run_partition(cfg: FesConfig, opts: argparse.Namespace) -> int:
     print(f"time: read {t1 - t0:.2f} s, partition + gold labels {t2 - t1:.3f} s (seed {cfg.common.random_seed})")
     out = _out_dir(cfg, opts.out)
     csv_path = write_csv(counts, out / "partition.csv")
-    title = (f"{data.dataset}: {data.partition}, {int(counts.gold_sizes.sum())} gold labels "
-             f"(seed {cfg.common.random_seed})")
+    title = (
+        f"{data.dataset}: {data.partition}, {int(counts.gold_sizes.sum())} gold labels (seed {cfg.common.random_seed})"
+    )
     png_path = write_heatmap(counts, out / "partition.png", title)
     print(f"wrote {csv_path} and {png_path}")
     if opts.fednlp_h5:

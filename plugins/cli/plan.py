@@ -6,6 +6,7 @@ the gold-label validation set (metrics.csv `val_acc`; never the test split) and
 its measured client compute per round feed `fedml_fes.tuning.planner.search_depth`. The
 result (a table and the chosen `tuning_args`) is printed and written to plan.json.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,14 +18,16 @@ from pathlib import Path
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 from fedml_fes.tuning.planner import Probe, search_depth
-
 from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
 
 def _probe(cfg: FesConfig, out: Path, rounds: int):
     def probe(depth: int) -> Probe:
-        c = dataclasses.replace(cfg, tuning_args=dataclasses.replace(cfg.tuning, full_layers=0, bias_layers=depth),
-                                train_args=dataclasses.replace(cfg.train, comm_round=rounds))
+        c = dataclasses.replace(
+            cfg,
+            tuning_args=dataclasses.replace(cfg.tuning, full_layers=0, bias_layers=depth),
+            train_args=dataclasses.replace(cfg.train, comm_round=rounds),
+        )
         run_dir = out / f"depth{depth}"
         run_dir.mkdir(parents=True, exist_ok=True)
         run_in_process(c, run_dir, progress=False, echo=lambda _l: None)
@@ -37,13 +40,13 @@ def _probe(cfg: FesConfig, out: Path, rounds: int):
             raise FesError(f"probe at depth {depth} recorded no validation accuracy (no gold labels?)")
         print(f"  depth {depth}: validation accuracy {acc:.4f}, client compute {cost:.2f}s/round", flush=True)
         return Probe(depth, float(acc if acc is not None else -math.inf), cost, int(max(per_client, default=0)))
+
     return probe
 
 
 def run_plan(cfg: FesConfig, opts) -> int:
     from fedml_fes.models import skeleton
     from fedml_fes.tuning.plan import num_layers
-
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
     ensure_mlm_build(cfg)
@@ -51,13 +54,27 @@ def run_plan(cfg: FesConfig, opts) -> int:
     max_depth = min(opts.max_depth or total, total)
     out = Path(opts.out or Path(cfg.common.output_dir) / "plan")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"planning {cfg.train.method} on {cfg.data.dataset}: {total} layers, depths 1..{max_depth}, "
-          f"{opts.rounds} proxy rounds each, tolerance {opts.tolerance}", flush=True)
+    print(
+        f"planning {cfg.train.method} on {cfg.data.dataset}: {total} layers, depths 1..{max_depth}, "
+        f"{opts.rounds} proxy rounds each, tolerance {opts.tolerance}",
+        flush=True,
+    )
     result = search_depth(max_depth, _probe(cfg, out, opts.rounds), opts.tolerance)
     print(result.table())
     chosen = {"full_layers": 0, "bias_layers": result.chosen.depth}
-    print(f"chosen plan: tuning_args: {chosen} (reference depth {result.reference.depth}: "
-          f"accuracy {result.reference.accuracy:.4f})")
-    (out / "plan.json").write_text(json.dumps({"chosen": chosen, "probes": [dataclasses.asdict(p) for p in result.probes],
-                                               "layers": total, "tolerance": opts.tolerance}, indent=2))
+    print(
+        f"chosen plan: tuning_args: {chosen} (reference depth {result.reference.depth}: "
+        f"accuracy {result.reference.accuracy:.4f})"
+    )
+    (out / "plan.json").write_text(
+        json.dumps(
+            {
+                "chosen": chosen,
+                "probes": [dataclasses.asdict(p) for p in result.probes],
+                "layers": total,
+                "tolerance": opts.tolerance,
+            },
+            indent=2,
+        )
+    )
     return 0

@@ -21,6 +21,7 @@ Device-side state: a FeS client's pseudo labels live in the run directory's per-
 store, as under FedML's cross-silo runtime, so devices that share a run directory may play
 any FeS client the plan gives them (a real phone would keep one client's store on its disk).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,11 +37,24 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.payload import PLAN_KEY, decode_json, unpack_updates
-
 from fedml_fes_plugins.adapters.trainer import FesTrainer
-from fedml_fes_plugins.cross_device.protocol import CLIENT_LAST_WILL, FINISHED, OFFLINE, ONLINE, SERVER_LAST_WILL, \
-    MyMessage, comm_round_of, decode_payload, device_object_key, device_to_server_topic, encode_payload, \
-    model_message, server_to_device_topic, start_train_topic, status_message
+from fedml_fes_plugins.cross_device.protocol import (
+    CLIENT_LAST_WILL,
+    FINISHED,
+    OFFLINE,
+    ONLINE,
+    SERVER_LAST_WILL,
+    MyMessage,
+    comm_round_of,
+    decode_payload,
+    device_object_key,
+    device_to_server_topic,
+    encode_payload,
+    model_message,
+    server_to_device_topic,
+    start_train_topic,
+    status_message,
+)
 from fedml_fes_plugins.cross_device.settings import DeviceRunSettings, fedml_namespace
 
 READY = "ready"  # a device's line once it is subscribed: "device <edge> ready"
@@ -51,18 +65,33 @@ class DeviceGone(Exception):
 
 
 class EmulatedDevice:
-    def __init__(self, cfg: FesConfig, run_dir: Path, settings: DeviceRunSettings, edge_id: int,
-                 echo: Callable[[str], None] = print):
+    def __init__(
+        self,
+        cfg: FesConfig,
+        run_dir: Path,
+        settings: DeviceRunSettings,
+        edge_id: int,
+        echo: Callable[[str], None] = print,
+    ):
         if edge_id not in settings.edge_ids:
-            raise FesError(f"--edge-id {edge_id}: comm_args.silo_num is {len(settings.edge_ids)}, so devices are "
-                           f"1 to {len(settings.edge_ids)}")
+            raise FesError(
+                f"--edge-id {edge_id}: comm_args.silo_num is {len(settings.edge_ids)}, so devices are "
+                f"1 to {len(settings.edge_ids)}"
+            )
         self.cfg, self.run_dir, self.s, self.edge, self.echo = cfg, Path(run_dir), settings, edge_id, echo
         self.inbox: queue.Queue = queue.Queue()
         self.comm_round: int | None = None
         self.rounds_done = 0
         self.started_round = False
-        self.stats = {"edge_id": edge_id, "rounds": 0, "bytes_down": 0, "bytes_up": 0, "mqtt_bytes_in": 0,
-                      "mqtt_bytes_out": 0, "train_s": 0.0}
+        self.stats = {
+            "edge_id": edge_id,
+            "rounds": 0,
+            "bytes_down": 0,
+            "bytes_up": 0,
+            "mqtt_bytes_in": 0,
+            "mqtt_bytes_out": 0,
+            "train_s": 0.0,
+        }
         self.trainer: FesTrainer | None = None
         self.client: Any = None
         self.s3: Any = None
@@ -71,6 +100,7 @@ class EmulatedDevice:
     def build(self) -> None:
         """The FeS job and trainer, before the device says it is online."""
         from fedml_fes.runtime.job import build_job
+
         args = fedml_namespace(self.cfg, self.run_dir, self.s)
         args.rank, args.role, args.client_id = self.edge, "client", self.edge
         args.fes_job = build_job(self.cfg, "client", self.run_dir)
@@ -80,12 +110,14 @@ class EmulatedDevice:
 
     def connect(self) -> None:
         import paho.mqtt.client as mqtt
+
         from fedml_fes_plugins.cross_silo.services import s3_client
 
         self.s3 = s3_client(self.s.s3)
         m = self.s.mqtt
-        self.client = mqtt.Client(client_id=f"fes-device-{self.s.run_id}-{self.edge}-{uuid.uuid4().hex[:8]}",
-                                  clean_session=True)
+        self.client = mqtt.Client(
+            client_id=f"fes-device-{self.s.run_id}-{self.edge}-{uuid.uuid4().hex[:8]}", clean_session=True
+        )
         if m.get("MQTT_USER"):
             self.client.username_pw_set(m["MQTT_USER"], m.get("MQTT_PWD"))
         # the broker publishes this if the device drops without a goodbye (as FedML's clients do)
@@ -100,8 +132,13 @@ class EmulatedDevice:
         if rc != 0:
             self.inbox.put(DeviceGone(f"the MQTT broker refused the connection (code {rc})"))
             return
-        client.subscribe([(server_to_device_topic(self.s.run_id, self.s.server_id, self.edge), 2),
-                          (start_train_topic(self.edge), 2), (SERVER_LAST_WILL, 2)])
+        client.subscribe(
+            [
+                (server_to_device_topic(self.s.run_id, self.s.server_id, self.edge), 2),
+                (start_train_topic(self.edge), 2),
+                (SERVER_LAST_WILL, 2),
+            ]
+        )
 
     def _on_subscribe(self, _client, _userdata, _mid, _granted) -> None:
         # announce: a server already up hears it; one that starts later asks (CHECK_CLIENT_STATUS)
@@ -199,8 +236,9 @@ class EmulatedDevice:
         self.client.loop_stop()
 
 
-def run_device(cfg: FesConfig, run_dir: str, settings: DeviceRunSettings, edge_id: int,
-               echo: Callable[[str], None] = print) -> int:
+def run_device(
+    cfg: FesConfig, run_dir: str, settings: DeviceRunSettings, edge_id: int, echo: Callable[[str], None] = print
+) -> int:
     """One device process: 0 when the run finished, 1 with one `error:` line otherwise. A
     failing device leaves without a goodbye, so the server hears of it (its last will)."""
     device = EmulatedDevice(cfg, Path(run_dir), settings, edge_id, echo)
@@ -217,6 +255,8 @@ def run_device(cfg: FesConfig, run_dir: str, settings: DeviceRunSettings, edge_i
         sys.stdout.flush()
         os._exit(1)
     device.close()
-    echo(f"device {edge_id} finished: {device.stats['rounds']} rounds, {device.stats['bytes_down']} bytes down, "
-         f"{device.stats['bytes_up']} bytes up")
+    echo(
+        f"device {edge_id} finished: {device.stats['rounds']} rounds, {device.stats['bytes_down']} bytes down, "
+        f"{device.stats['bytes_up']} bytes up"
+    )
     return 0

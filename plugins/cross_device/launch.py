@@ -10,6 +10,7 @@ decides the error line (a device's own failure, not the server's "went offline" 
 everything still running is then stopped. Every child dies with the launcher
 (PR_SET_PDEATHSIG), and the whole run has a deadline (`timeout_s`).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,9 @@ from typing import Any, Callable
 import yaml
 
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.cross_device.settings import STATS_FILE
-from fedml_fes_plugins.cross_silo.services import Child as ServiceChild, Service, child_env, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
+from fedml_fes_plugins.cross_silo.services import Service, child_env, start_mosquitto, start_s3, stop_process
 
 DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
 FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
@@ -41,7 +42,7 @@ class Child(ServiceChild):
     def forward(self, line: str) -> str | None:
         text = line.rstrip("\n")
         if text.startswith("error: "):
-            self.last_error = text[len("error: "):]
+            self.last_error = text[len("error: ") :]
         return text
 
     def failure(self) -> str | None:
@@ -55,8 +56,9 @@ class Child(ServiceChild):
         return self.last_error if self.last_error.startswith(self.name) else f"{self.name}: {self.last_error}"
 
 
-def _effective_config(config_path: str, overrides: list[str], run_dir: str | None, local_services: bool,
-                      services: list[Service]) -> tuple[Path, Path, Any, Any]:
+def _effective_config(
+    config_path: str, overrides: list[str], run_dir: str | None, local_services: bool, services: list[Service]
+) -> tuple[Path, Path, Any, Any]:
     from fedml_fes.config import config_from_dict, parse_overrides, read_sections
     from fedml_fes.runtime.job import check_before_run, make_run_dir
     from fedml_fes.runtime.rundir import release_run_dir
@@ -79,8 +81,9 @@ def _effective_config(config_path: str, overrides: list[str], run_dir: str | Non
             comm["customized_training_s3_config"] = services[1].config
         effective = path / "cross_device.yaml"
         effective.write_text(yaml.safe_dump(raw, sort_keys=False))
-        cfg = config_from_dict({k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()},
-                               source=str(effective))
+        cfg = config_from_dict(
+            {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}, source=str(effective)
+        )
         return path, effective, cfg, device_settings(cfg)
     except BaseException:
         release_run_dir(path)
@@ -100,8 +103,14 @@ def _first_failure(children: dict[str, Child]) -> str | None:
     return (causes or errors or [None])[0]
 
 
-def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
-              echo: Callable[[str], None] = print, timeout_s: float | None = None) -> dict[str, Any]:
+def run_local(
+    config_path: str,
+    overrides: list[str],
+    run_dir: str | None = None,
+    local_services: bool = False,
+    echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Devices + FedML's cross-device server here; the run's summary with the transfer
     statistics under `cross_device`, or FesError with the one error line."""
     from fedml_fes.runtime.rundir import release_run_dir
@@ -117,19 +126,26 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         check_transport(settings)
         if cfg.model.mlm_from:  # built (or found cached) before the devices load it; the import is FedML's 10 s
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+
             ensure_mlm_build(cfg, echo)
         env = child_env(path, cfg.common.torch_threads)
         (path / "logs").mkdir(exist_ok=True)
         lines: queue.Queue = queue.Queue()
         base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
         for edge in settings.edge_ids:
-            children[f"device {edge}"] = Child(f"device {edge}", base + ["--role", "device", "--edge-id", str(edge)],
-                                               path / "logs" / f"device{edge}.log", env, lines)
+            children[f"device {edge}"] = Child(
+                f"device {edge}",
+                base + ["--role", "device", "--edge-id", str(edge)],
+                path / "logs" / f"device{edge}.log",
+                env,
+                lines,
+            )
         # at once: whichever connects first, the other finds it (protocol.py: a device says ONLINE when it
         # has subscribed, the server asks every device when it has), so start-up costs the slowest load, not the sum
         children["server"] = Child("server", base + ["--role", "server"], path / "logs" / "server.log", env, lines)
-        (path / "processes.json").write_text(json.dumps(
-            {name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}, indent=2))
+        (path / "processes.json").write_text(
+            json.dumps({name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}, indent=2)
+        )
         error = _supervise(children, lines, echo, deadline)
     finally:
         for child in children.values():
@@ -145,8 +161,9 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
     return summary
 
 
-def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None],
-               deadline: float | None) -> str | None:
+def _supervise(
+    children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None], deadline: float | None
+) -> str | None:
     """Follow the run until the server ends; the error line, if any."""
     server = children["server"]
     while server.proc.poll() is None or server.reader.is_alive() or not lines.empty():
@@ -160,8 +177,12 @@ def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[s
             name, text = lines.get(timeout=0.5)
         except queue.Empty:
             continue
-        if name == "server" or text.startswith(("error: ", "warning: ")) or " finished: " in text \
-                or text.endswith(" ready"):
+        if (
+            name == "server"
+            or text.startswith(("error: ", "warning: "))
+            or " finished: " in text
+            or text.endswith(" ready")
+        ):
             echo(text)  # a device's lines name it
     error = _first_failure(children)
     if error:
@@ -180,7 +201,11 @@ def transfer_stats(run_dir: Path, wall_s: float) -> dict[str, Any]:
     """What the devices moved (their `device.json`) and what the server saw (`cross_device.json`)."""
     devices = [json.loads(p.read_text()) for p in sorted((run_dir / "devices").glob("*/device.json"))]
     server = json.loads((run_dir / STATS_FILE).read_text()) if (run_dir / STATS_FILE).exists() else {}
-    return {**server, "wall_s": round(wall_s, 1),
-            "bytes_down": sum(d["bytes_down"] for d in devices), "bytes_up": sum(d["bytes_up"] for d in devices),
-            "mqtt_bytes": sum(d["mqtt_bytes_in"] + d["mqtt_bytes_out"] for d in devices),
-            "device_rounds": [d["rounds"] for d in devices]}
+    return {
+        **server,
+        "wall_s": round(wall_s, 1),
+        "bytes_down": sum(d["bytes_down"] for d in devices),
+        "bytes_up": sum(d["bytes_up"] for d in devices),
+        "mqtt_bytes": sum(d["mqtt_bytes_in"] + d["mqtt_bytes_out"] for d in devices),
+        "device_rounds": [d["rounds"] for d in devices],
+    }

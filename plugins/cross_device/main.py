@@ -1,6 +1,7 @@
 """One process of a cross-device run: the FeS server on FedML's cross-device runtime, or one
 emulated device. `python -m fedml_fes_plugins.cross_device.main --role server|device ...`;
 `fedml-fes cross-device-local` starts a broker, a bucket, the devices and the server here."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,20 +15,26 @@ from fedml_fes.errors import FesError, exit_status
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--role", required=True, choices=("server", "device"),
-                   help="server (FedML's cross-device server) or device (an emulated phone)")
+    p.add_argument(
+        "--role",
+        required=True,
+        choices=("server", "device"),
+        help="server (FedML's cross-device server) or device (an emulated phone)",
+    )
     p.add_argument("--edge-id", type=int, default=None, help="device: its edge id, 1..comm_args.silo_num")
     p.add_argument("--cf", required=True, help="run config YAML (comm_args.backend: MQTT_S3_MNN)")
-    p.add_argument("--run-dir", default=None,
-                   help="the run directory (server: default a new one under output_dir; devices: the server's, "
-                        "where the FeS clients' stores are)")
+    p.add_argument(
+        "--run-dir",
+        default=None,
+        help="the run directory (server: default a new one under output_dir; devices: the server's, "
+        "where the FeS clients' stores are)",
+    )
     add_set_argument(p)
 
 
 def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:
     from fedml_fes.config import load_config, parse_overrides
-    from fedml_fes_plugins.cross_device.settings import check_transport
-    from fedml_fes_plugins.cross_device.settings import device_settings
+    from fedml_fes_plugins.cross_device.settings import check_transport, device_settings
 
     cfg = load_config(opts.cf, parse_overrides(opts.set))
     settings = device_settings(cfg)
@@ -35,6 +42,7 @@ def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:
     logging.basicConfig(level=cfg.tracking_args.log_level)
     if opts.role == "server":
         from fedml_fes_plugins.cross_device.server import run_server
+
         summary = run_server(cfg, opts.run_dir, settings, echo)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         echo(f"done: final={summary.get('final')}")
@@ -42,13 +50,16 @@ def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:
     if opts.edge_id is None or not opts.run_dir:
         raise FesError("a device needs --edge-id (1..comm_args.silo_num) and --run-dir (the server's run directory)")
     from fedml_fes_plugins.cross_device.device import run_device
+
     Path(opts.run_dir).mkdir(parents=True, exist_ok=True)
     return run_device(cfg, opts.run_dir, settings, opts.edge_id, echo)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fedml_fes_plugins.cross_device.main",
-                                description="One process of a FeS cross-device run (FedML's MQTT_S3_MNN protocol).")
+    p = argparse.ArgumentParser(
+        prog="python -m fedml_fes_plugins.cross_device.main",
+        description="One process of a FeS cross-device run (FedML's MQTT_S3_MNN protocol).",
+    )
     add_arguments(p)
     opts = p.parse_args(argv)
 

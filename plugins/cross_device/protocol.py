@@ -47,6 +47,7 @@ has no MNN form here, so the object is FeS's message itself (the trainable tenso
 plan or the answers, `fedml_fes/runtime/payload.py`) as a safetensors file: tensors only,
 no pickle, readable by any language; `shims.py` names the server lines this replaces.
 """
+
 from __future__ import annotations
 
 import json
@@ -84,18 +85,32 @@ def device_object_key(run_id: str, edge_id: int) -> str:
 
 
 def message(msg_type: int, sender: int, receiver: int, **params: Any) -> str:
-    return json.dumps({MyMessage.MSG_ARG_KEY_TYPE: msg_type, MyMessage.MSG_ARG_KEY_SENDER: sender,
-                       MyMessage.MSG_ARG_KEY_RECEIVER: receiver, **params})
+    return json.dumps(
+        {
+            MyMessage.MSG_ARG_KEY_TYPE: msg_type,
+            MyMessage.MSG_ARG_KEY_SENDER: sender,
+            MyMessage.MSG_ARG_KEY_RECEIVER: receiver,
+            **params,
+        }
+    )
 
 
 def status_message(edge_id: int, server_id: int, status: str) -> str:
-    return message(MyMessage.MSG_TYPE_C2S_CLIENT_STATUS, edge_id, server_id,
-                   **{MyMessage.MSG_ARG_KEY_CLIENT_STATUS: status, MyMessage.MSG_ARG_KEY_CLIENT_OS: CLIENT_OS})
+    return message(
+        MyMessage.MSG_TYPE_C2S_CLIENT_STATUS,
+        edge_id,
+        server_id,
+        **{MyMessage.MSG_ARG_KEY_CLIENT_STATUS: status, MyMessage.MSG_ARG_KEY_CLIENT_OS: CLIENT_OS},
+    )
 
 
 def model_message(edge_id: int, server_id: int, key: str, num_samples: int) -> str:
-    return message(MyMessage.MSG_TYPE_C2S_SEND_MODEL_TO_SERVER, edge_id, server_id,
-                   **{MyMessage.MSG_ARG_KEY_MODEL_PARAMS: key, MyMessage.MSG_ARG_KEY_NUM_SAMPLES: num_samples})
+    return message(
+        MyMessage.MSG_TYPE_C2S_SEND_MODEL_TO_SERVER,
+        edge_id,
+        server_id,
+        **{MyMessage.MSG_ARG_KEY_MODEL_PARAMS: key, MyMessage.MSG_ARG_KEY_NUM_SAMPLES: num_samples},
+    )
 
 
 def comm_round_of(start_train: dict[str, Any]) -> int | None:
@@ -110,9 +125,11 @@ def encode_payload(params: "OrderedDict[str, Any]") -> bytes:
     """FeS's message as a safetensors file. Tensors are copied: a model's tied weights share
     storage, which safetensors refuses."""
     from safetensors.torch import save
+
     return save({k: v.detach().cpu().contiguous().clone() for k, v in params.items()})
 
 
 def decode_payload(data: bytes) -> "OrderedDict[str, Any]":
     from safetensors.torch import load
+
     return OrderedDict(load(data))

@@ -13,6 +13,7 @@ end: devices that do not come online, a round without every answer, or a device 
 connection drops (its MQTT last will) end the server with one line and a failed
 `summary.json`; the server's own last will then ends the devices.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,16 @@ from typing import Any, Callable, NoReturn
 
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import one_line
-
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.offline import offline_fedml_init
-from fedml_fes_plugins.cross_device.protocol import CLIENT_LAST_WILL, FINISHED, OFFLINE, MyMessage, \
-    device_to_server_topic, encode_payload
+from fedml_fes_plugins.cross_device.protocol import (
+    CLIENT_LAST_WILL,
+    FINISHED,
+    OFFLINE,
+    MyMessage,
+    device_to_server_topic,
+    encode_payload,
+)
 from fedml_fes_plugins.cross_device.settings import BACKEND, STATS_FILE, DeviceRunSettings, fedml_namespace
 
 
@@ -66,8 +72,13 @@ class Watchdog:
     connection (their statuses and last wills on the topics the server reads) and the
     aggregator's phase clock."""
 
-    def __init__(self, settings: DeviceRunSettings, fes: FesAggregator, fail: Callable[[str], NoReturn],
-                 finish_grace_s: float = 60.0):
+    def __init__(
+        self,
+        settings: DeviceRunSettings,
+        fes: FesAggregator,
+        fail: Callable[[str], NoReturn],
+        finish_grace_s: float = 60.0,
+    ):
         import paho.mqtt.client as mqtt
 
         self.settings, self.fes, self.fail, self.finish_grace_s = settings, fes, fail, finish_grace_s
@@ -83,14 +94,19 @@ class Watchdog:
             self.client.username_pw_set(settings.mqtt["MQTT_USER"], settings.mqtt.get("MQTT_PWD"))
         self.client.on_connect = self._subscribe
         self.client.on_message = self._on_message
-        self.client.connect(settings.mqtt["BROKER_HOST"], int(settings.mqtt["BROKER_PORT"]),
-                            int(settings.mqtt.get("MQTT_KEEPALIVE") or 60))
+        self.client.connect(
+            settings.mqtt["BROKER_HOST"],
+            int(settings.mqtt["BROKER_PORT"]),
+            int(settings.mqtt.get("MQTT_KEEPALIVE") or 60),
+        )
         self.client.loop_start()
         threading.Thread(target=self._watch, name="fes-device-watchdog", daemon=True).start()
 
     def _subscribe(self, client, _userdata, _flags, _rc) -> None:
-        client.subscribe([(CLIENT_LAST_WILL, 1)] + [(device_to_server_topic(self.settings.run_id, e), 1)
-                                                    for e in self.settings.edge_ids])
+        client.subscribe(
+            [(CLIENT_LAST_WILL, 1)]
+            + [(device_to_server_topic(self.settings.run_id, e), 1) for e in self.settings.edge_ids]
+        )
 
     def _on_message(self, _client, _userdata, msg) -> None:
         if msg.retain:  # an earlier run's, kept by the broker
@@ -126,34 +142,43 @@ class Watchdog:
                 if not self._missing(self.online) or (agg is not None and agg.phases_closed > 0):
                     self.all_online_at = now
                 elif now - self.started > s.join_timeout_s:
-                    self.fail(f"devices {self._missing(self.online)} did not come online within "
-                              f"{s.join_timeout_s:g}s (FedML's server starts when every device is online)")
+                    self.fail(
+                        f"devices {self._missing(self.online)} did not come online within "
+                        f"{s.join_timeout_s:g}s (FedML's server starts when every device is online)"
+                    )
                 continue
             if self.fes.summary is not None:  # the run is complete: devices say FINISHED, then FedML ends
                 self.done_at = self.done_at or now
                 if now - self.done_at > self.finish_grace_s:
-                    print(f"warning: devices {self._missing(self.finished)} did not report FINISHED within "
-                          f"{self.finish_grace_s:g}s; the run is complete", flush=True)
+                    print(
+                        f"warning: devices {self._missing(self.finished)} did not report FINISHED within "
+                        f"{self.finish_grace_s:g}s; the run is complete",
+                        flush=True,
+                    )
                     os._exit(0)
                 continue
             since = max(self.all_online_at, agg.phase_started if agg is not None else 0.0)
             if now - since > s.round_timeout_s:
                 flags = agg.flag_client_model_uploaded_dict if agg is not None else {}
                 late = [e for i, e in enumerate(s.edge_ids) if not flags.get(i, False)]
-                self.fail(f"round {getattr(self.fes.args, 'round_idx', '?')}: devices {late} sent no update "
-                          f"within {s.round_timeout_s:g}s (FedML's cross-device server waits for every device)")
+                self.fail(
+                    f"round {getattr(self.fes.args, 'round_idx', '?')}: devices {late} sent no update "
+                    f"within {s.round_timeout_s:g}s (FedML's cross-device server waits for every device)"
+                )
 
 
 def _write_stats(run_dir: Path, stats: dict[str, Any]) -> None:
     (run_dir / STATS_FILE).write_text(json.dumps(stats, indent=2))
 
 
-def run_server(cfg: FesConfig, run_dir: str | None, settings: DeviceRunSettings,
-               echo: Callable[[str], None] = print) -> dict[str, Any]:
+def run_server(
+    cfg: FesConfig, run_dir: str | None, settings: DeviceRunSettings, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
     """The whole server: FeS job, FedML's cross-device runtime, until every device finished.
     Returns the run's summary; a failure ends the process (exit 1) after one `error:` line."""
     import fedml
     from fedml.cross_device import ServerMNN
+
     from fedml_fes.runtime.job import build_job, make_run_dir
     from fedml_fes_plugins.cross_device import shims
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
@@ -179,8 +204,10 @@ def run_server(cfg: FesConfig, run_dir: str | None, settings: DeviceRunSettings,
     first = fes.get_model_params()  # the first phase's plan with the global tensors
     Path(args.global_model_file_path).write_bytes(encode_payload(first))
     watchdog = Watchdog(settings, fes, fail)
-    echo(f"cross-device server: run {settings.run_id}, devices {list(settings.edge_ids)}, "
-         f"{args.comm_round} FedML rounds (FeS phases); waiting for the devices")
+    echo(
+        f"cross-device server: run {settings.run_id}, devices {list(settings.edge_ids)}, "
+        f"{args.comm_round} FedML rounds (FeS phases); waiting for the devices"
+    )
     started = time.monotonic()
 
     def watch(aggregator: Any) -> None:
@@ -188,13 +215,25 @@ def run_server(cfg: FesConfig, run_dir: str | None, settings: DeviceRunSettings,
 
     try:
         with shims.installed(fail, on_created=watch):
-            ServerMNN(args, device, TestLoaderView(args.fes_job.data.test, cfg.train.eval_batch_size), model,
-                      server_aggregator=fes)
+            ServerMNN(
+                args,
+                device,
+                TestLoaderView(args.fes_job.data.test, cfg.train.eval_batch_size),
+                model,
+                server_aggregator=fes,
+            )
     except Exception as e:  # FedML's own start-up (broker login, ...) outside a message handler
         fail(f"FedML's cross-device server failed: {one_line(e)}")
     if fes.summary is None:
         fail("FedML's cross-device server stopped before the run finished")
     agg = watchdog.aggregator
-    _write_stats(path, {"devices": len(settings.edge_ids), "fedml_rounds": agg.phases_closed,
-                        "bytes_received_by_server": agg.bytes_received, "server_wall_s": time.monotonic() - started})
+    _write_stats(
+        path,
+        {
+            "devices": len(settings.edge_ids),
+            "fedml_rounds": agg.phases_closed,
+            "bytes_received_by_server": agg.bytes_received,
+            "server_wall_s": time.monotonic() - started,
+        },
+    )
     return fes.summary

@@ -6,6 +6,7 @@ name: `backend: MQTT_S3_MNN`, `silo_num` = the number of devices (edge ids 1..K)
 FedML 0.9.6 fetches the FedML cloud's broker and bucket, `core/distributed/
 fedml_comm_manager.py:83-97`), `run_id`, and the timeouts FedML's cross-device server lacks.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ from typing import Any
 
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.cross_silo.config import job_fingerprint, mqtt_settings, s3_settings
 
 BACKEND = "MQTT_S3_MNN"
@@ -45,8 +45,9 @@ def check_devices(cfg: FesConfig) -> None:
     """The backend and the device count (what a launcher checks before creating anything)."""
     comm = cfg.comm
     if str(comm.backend).upper() != BACKEND:
-        raise FesError(f"a cross-device run needs comm_args.backend {BACKEND} (FedML's cross-device backend), "
-                       f"got '{comm.backend}'")
+        raise FesError(
+            f"a cross-device run needs comm_args.backend {BACKEND} (FedML's cross-device backend), got '{comm.backend}'"
+        )
     if int(comm.silo_num) < 1:
         raise FesError(f"comm_args.silo_num is the number of devices and must be >= 1, got {comm.silo_num}")
 
@@ -59,13 +60,17 @@ def device_settings(cfg: FesConfig) -> DeviceRunSettings:
         edge_ids=tuple(range(1, int(comm.silo_num) + 1)),
         mqtt=mqtt_settings(comm.customized_training_mqtt_config),
         s3=s3_settings(comm.customized_training_s3_config),
-        join_timeout_s=float(comm.join_timeout_s), round_timeout_s=float(comm.round_timeout_s),
-        worker_timeout_s=float(comm.worker_timeout_s), connect_timeout_s=float(comm.connect_timeout_s))
+        join_timeout_s=float(comm.join_timeout_s),
+        round_timeout_s=float(comm.round_timeout_s),
+        worker_timeout_s=float(comm.worker_timeout_s),
+        connect_timeout_s=float(comm.connect_timeout_s),
+    )
 
 
 def check_transport(settings: DeviceRunSettings) -> None:
     """Broker and bucket reachable with the configured credentials, before any model loads."""
     from fedml_fes_plugins.cross_silo.checks import check_mqtt, check_s3
+
     check_mqtt(settings.mqtt, settings.connect_timeout_s)
     check_s3(settings.s3, settings.connect_timeout_s)
 

@@ -28,6 +28,7 @@ Not shimmed: `server_mnn/utils.py:4` and `fedml_aggregator.py:6` import MNN at m
 so FedML's cross-device server needs the `MNN` package installed (PyPI `MNN`) even though
 no MNN code runs for FeS.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +45,6 @@ from fedml.cross_device.server_mnn import fedml_server_manager, server_mnn_api
 from fedml.cross_device.server_mnn.fedml_aggregator import FedMLAggregator
 
 from fedml_fes.errors import one_line
-
 from fedml_fes_plugins.cross_device.protocol import decode_payload, encode_payload
 
 Fail = Callable[[str], NoReturn]
@@ -107,6 +107,7 @@ def _upload_model_file(fail: Fail) -> Callable[..., str]:
         if not url:
             fail(f"uploading the global model to the bucket failed (key {message_key}); see the server log")
         return url
+
     return upload_model_file
 
 
@@ -114,9 +115,11 @@ def _upload_model_file(fail: Fail) -> Callable[..., str]:
 def installed(fail: Fail, on_created: Callable[[FesDeviceAggregator], None] | None = None) -> Iterator[None]:
     """FedML's cross-device server with the four stand-ins above, restored on exit.
     `on_created` gets FedML's aggregator when `init_server` builds it."""
-    swaps = [(server_mnn_api, "FedMLAggregator", FesDeviceAggregator),
-             (fedml_server_manager, "write_tensor_dict_to_mnn", write_message_file),
-             (S3MNNStorage, "upload_model_file", _upload_model_file(fail))]
+    swaps = [
+        (server_mnn_api, "FedMLAggregator", FesDeviceAggregator),
+        (fedml_server_manager, "write_tensor_dict_to_mnn", write_message_file),
+        (S3MNNStorage, "upload_model_file", _upload_model_file(fail)),
+    ]
     old = [(owner, name, getattr(owner, name)) for owner, name, _ in swaps]
     FesDeviceAggregator.fail = staticmethod(fail)
     FesDeviceAggregator.on_created = staticmethod(on_created) if on_created else None

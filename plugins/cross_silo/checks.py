@@ -5,6 +5,7 @@ taken (SO_REUSEPORT) and messages go astray; paho retries a refused broker login
 boto3 retries an unreachable endpoint for minutes. Each check takes at most
 `comm_args.connect_timeout_s` and ends in one line that names the setting to fix.
 """
+
 from __future__ import annotations
 
 import socket
@@ -13,11 +14,15 @@ import uuid
 from typing import Any
 
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 
-MQTT_REFUSALS = {1: "unacceptable protocol version", 2: "client id rejected", 3: "broker unavailable",
-                 4: "bad user name or password", 5: "not authorised"}
+MQTT_REFUSALS = {
+    1: "unacceptable protocol version",
+    2: "client id rejected",
+    3: "broker unavailable",
+    4: "bad user name or password",
+    5: "not authorised",
+}
 
 
 def check_port(ip: str, port: int, what: str) -> None:
@@ -29,10 +34,12 @@ def check_port(ip: str, port: int, what: str) -> None:
             s.listen(1)
         except OSError as e:
             if e.errno in (98, 48):  # EADDRINUSE (Linux, macOS)
-                raise FesError(f"port {port} on {ip} ({what}) is in use: stop what holds it or change the "
-                               f"ipconfig") from None
-            raise FesError(f"cannot listen on {ip}:{port} ({what}): {e.strerror}; is this row meant for "
-                           f"this machine?") from None
+                raise FesError(
+                    f"port {port} on {ip} ({what}) is in use: stop what holds it or change the ipconfig"
+                ) from None
+            raise FesError(
+                f"cannot listen on {ip}:{port} ({what}): {e.strerror}; is this row meant for this machine?"
+            ) from None
 
 
 def _reach(host: str, port: int, timeout_s: float, what: str, setting: str) -> None:
@@ -70,13 +77,17 @@ def check_mqtt(mqtt: dict[str, Any], timeout_s: float) -> None:
             pass
     rc = result.get("rc")
     if rc is None:
-        raise FesError(f"the MQTT broker at {host}:{port} did not accept a connection within {timeout_s:g}s "
-                       f"(wrong port, or not an MQTT broker?) ({setting})")
+        raise FesError(
+            f"the MQTT broker at {host}:{port} did not accept a connection within {timeout_s:g}s "
+            f"(wrong port, or not an MQTT broker?) ({setting})"
+        )
     if rc != 0:
         user = mqtt.get("MQTT_USER")
         who = f" for user '{user}'" if user else " (no MQTT_USER set)"
-        raise FesError(f"the MQTT broker at {host}:{port} refused the login{who}: "
-                       f"{MQTT_REFUSALS.get(rc, f'code {rc}')} ({setting})")
+        raise FesError(
+            f"the MQTT broker at {host}:{port} refused the login{who}: "
+            f"{MQTT_REFUSALS.get(rc, f'code {rc}')} ({setting})"
+        )
 
 
 def check_s3(s3: dict[str, Any], timeout_s: float) -> None:
@@ -89,10 +100,18 @@ def check_s3(s3: dict[str, Any], timeout_s: float) -> None:
     endpoint, bucket = s3.get("CN_S3_ENDPOINT"), s3["BUCKET_NAME"]
     where = endpoint or f"AWS region {s3.get('CN_REGION_NAME')}"
     client = boto3.client(
-        "s3", endpoint_url=endpoint or None, region_name=s3.get("CN_REGION_NAME") or None,
-        aws_access_key_id=s3["CN_S3_AKI"], aws_secret_access_key=s3["CN_S3_SAK"],
-        config=Config(signature_version="s3v4", connect_timeout=timeout_s, read_timeout=timeout_s,
-                      retries={"max_attempts": 1, "mode": "standard"}))
+        "s3",
+        endpoint_url=endpoint or None,
+        region_name=s3.get("CN_REGION_NAME") or None,
+        aws_access_key_id=s3["CN_S3_AKI"],
+        aws_secret_access_key=s3["CN_S3_SAK"],
+        config=Config(
+            signature_version="s3v4",
+            connect_timeout=timeout_s,
+            read_timeout=timeout_s,
+            retries={"max_attempts": 1, "mode": "standard"},
+        ),
+    )
     try:
         client.head_bucket(Bucket=bucket)
     except EndpointConnectionError:
@@ -100,8 +119,10 @@ def check_s3(s3: dict[str, Any], timeout_s: float) -> None:
     except ClientError as e:
         code = str(e.response.get("Error", {}).get("Code", "?"))
         if code in ("403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"):
-            raise FesError(f"the S3 endpoint {where} refused the credentials (CN_S3_AKI / CN_S3_SAK) for bucket "
-                           f"'{bucket}' ({setting})") from None
+            raise FesError(
+                f"the S3 endpoint {where} refused the credentials (CN_S3_AKI / CN_S3_SAK) for bucket "
+                f"'{bucket}' ({setting})"
+            ) from None
         if code in ("404", "NoSuchBucket"):
             raise FesError(f"bucket '{bucket}' does not exist at {where}: create it first ({setting})") from None
         raise FesError(f"the S3 endpoint {where} answered {code} for bucket '{bucket}' ({setting})") from None

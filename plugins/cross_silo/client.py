@@ -10,6 +10,7 @@ server (retrying until the server answers or `comm_args.join_timeout_s` passes),
 answers task messages with the FedML trainer plugin until the server says the run is over,
 or nothing has come for `comm_args.worker_timeout_s` (the server is gone).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,14 +20,12 @@ from typing import Any, Callable
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.checkpoint import prune_snapshots, restore_clients, snapshot_clients
 from fedml_fes.runtime.job import Job
-
-from fedml_fes_plugins.cross_silo import protocol as p
-
 from fedml_fes_plugins.adapters import messages as m
-from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
-from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 from fedml_fes_plugins.adapters.trainer import FesTrainer
 from fedml_fes_plugins.adapters.wire import tensors_from_wire
+from fedml_fes_plugins.cross_silo import protocol as p
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 
 JOIN_RETRY_S = 1.0
 KEEP_SNAPSHOTS = 2  # a starting server continues after the last round it saw, or the one before
@@ -61,9 +60,18 @@ class SiloClient(QueuedCommManager):
         return {str(c): n for c, n in counts.items() if n}
 
     def _send_join(self) -> str | None:
-        return self.send(self.message(m.MSG_C2S_JOIN, 0, **{
-            m.KEY_RANK: self.rank, m.KEY_SESSION: self.session_id,
-            m.KEY_FINGERPRINT: self.settings.fingerprint, m.KEY_STATE: self.stored_state()}))
+        return self.send(
+            self.message(
+                m.MSG_C2S_JOIN,
+                0,
+                **{
+                    m.KEY_RANK: self.rank,
+                    m.KEY_SESSION: self.session_id,
+                    m.KEY_FINGERPRINT: self.settings.fingerprint,
+                    m.KEY_STATE: self.stored_state(),
+                },
+            )
+        )
 
     def _join(self) -> None:
         s = self.settings
@@ -74,8 +82,10 @@ class SiloClient(QueuedCommManager):
             now = time.monotonic()
             if now >= deadline:
                 why = f" (last error: {last_error})" if last_error else ""
-                raise FesError(f"silo rank {self.rank}: no answer from the server ({s.where(0)}) within "
-                               f"{s.join_timeout_s:.0f}s (comm_args.join_timeout_s){why}")
+                raise FesError(
+                    f"silo rank {self.rank}: no answer from the server ({s.where(0)}) within "
+                    f"{s.join_timeout_s:.0f}s (comm_args.join_timeout_s){why}"
+                )
             if connected and now - last_try >= JOIN_RETRY_S:
                 last_try, last_error = now, self._send_join()
             got = self.next_message(min(JOIN_RETRY_S, deadline - now))
@@ -93,8 +103,10 @@ class SiloClient(QueuedCommManager):
                 self.emit(f"silo {self.rank}: joined the server, playing clients {self.devices}{start}{held}")
                 return
             elif msg_type == m.MSG_S2C_FINISH:
-                raise FesError(f"silo rank {self.rank}: the run ended before it joined "
-                               f"({msg.get(m.KEY_STATUS)}: {msg.get(m.KEY_ERROR)})")
+                raise FesError(
+                    f"silo rank {self.rank}: the run ended before it joined "
+                    f"({msg.get(m.KEY_STATUS)}: {msg.get(m.KEY_ERROR)})"
+                )
 
     def _start_after(self, after: Any) -> str:
         """The devices' folders as the server's run starts (None: a restart mid-run, keep them)."""
@@ -123,8 +135,10 @@ class SiloClient(QueuedCommManager):
         while True:
             got = self.next_message(idle)
             if got is None:
-                raise FesError(f"silo rank {self.rank}: nothing from the server for {idle:.0f}s "
-                               f"(comm_args.worker_timeout_s); giving up")
+                raise FesError(
+                    f"silo rank {self.rank}: nothing from the server for {idle:.0f}s "
+                    f"(comm_args.worker_timeout_s); giving up"
+                )
             msg_type, msg = got
             if msg_type == m.MSG_S2C_FINISH:
                 self.status = str(msg.get(m.KEY_STATUS))

@@ -10,6 +10,7 @@ worse, FedML silently fetching the FedML cloud's broker.
 The keys below are `comm_args` of the one typed run config (`fedml_fes/config.py`, read by
 `load_config`); this module only checks what FedML's transports need of them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,7 +21,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-
 
 from fedml_fes.config import FesConfig, load_config
 from fedml_fes.errors import FesError
@@ -98,8 +98,11 @@ class CrossSiloSettings:
         if role == "server" and rank != 0:
             raise FesError(f"the server is rank 0, got --rank {rank} with --role server")
         if role == "client" and not 1 <= rank <= self.silo_num:
-            where = (f"{self.grpc_ipconfig_path} (client ranks 1-{self.silo_num})" if self.backend == "GRPC"
-                     else f"comm_args.silo_num ({self.silo_num}: ranks 1-{self.silo_num})")
+            where = (
+                f"{self.grpc_ipconfig_path} (client ranks 1-{self.silo_num})"
+                if self.backend == "GRPC"
+                else f"comm_args.silo_num ({self.silo_num}: ranks 1-{self.silo_num})"
+            )
             raise FesError(f"rank {rank} is outside {where}")
 
     def where(self, rank: int) -> str:
@@ -117,8 +120,12 @@ def job_fingerprint(cfg: FesConfig) -> str:
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
-                    silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> tuple[FesConfig, CrossSiloSettings]:
+def load_cross_silo(
+    path: str | os.PathLike,
+    overrides: Mapping[str, Any] | None = None,
+    silo_ids: Mapping[int, int] | None = None,
+    server_id: int = 0,
+) -> tuple[FesConfig, CrossSiloSettings]:
     """Parse a cross-silo run config: the FeS config plus its checked transport settings.
 
     `silo_ids` (rank -> id) and `server_id` are the wire ids FedML MLOps assigns; by default
@@ -127,28 +134,34 @@ def load_cross_silo(path: str | os.PathLike, overrides: Mapping[str, Any] | None
     return cfg, settings_from(cfg, silo_ids, server_id)
 
 
-def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
-                  server_id: int = 0) -> CrossSiloSettings:
-
+def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None, server_id: int = 0) -> CrossSiloSettings:
     def comm(key: str) -> Any:
         return getattr(cfg.comm_args, key)
 
     if cfg.common.training_type != "cross_silo":
-        raise FesError(f"{cfg.source}: cross-silo processes need common_args.training_type: cross_silo, "
-                       f"got '{cfg.common.training_type}'")
+        raise FesError(
+            f"{cfg.source}: cross-silo processes need common_args.training_type: cross_silo, "
+            f"got '{cfg.common.training_type}'"
+        )
     backend = str(cfg.comm.backend).upper()
     if backend not in TRANSPORTS:
-        raise FesError(f"comm_args.backend must be {' or '.join(TRANSPORTS)} for a cross-silo run, got '{cfg.comm.backend}'")
+        raise FesError(
+            f"comm_args.backend must be {' or '.join(TRANSPORTS)} for a cross-silo run, got '{cfg.comm.backend}'"
+        )
     for key in ("round_timeout_s", "join_timeout_s", "connect_timeout_s"):
         if not float(comm(key)) > 0:
             raise FesError(f"comm_args.{key} must be > 0, got {comm(key)}")
     fingerprint = job_fingerprint(cfg)
     s = CrossSiloSettings(
-        backend=backend, silo_num=int(comm("silo_num")),
+        backend=backend,
+        silo_num=int(comm("silo_num")),
         run_id=str(comm("run_id")) or f"fes{fingerprint}",
-        round_timeout_s=float(comm("round_timeout_s")), join_timeout_s=float(comm("join_timeout_s")),
-        connect_timeout_s=float(comm("connect_timeout_s")), idle_timeout_s=float(cfg.comm.worker_timeout_s),
-        fingerprint=fingerprint)
+        round_timeout_s=float(comm("round_timeout_s")),
+        join_timeout_s=float(comm("join_timeout_s")),
+        connect_timeout_s=float(comm("connect_timeout_s")),
+        idle_timeout_s=float(cfg.comm.worker_timeout_s),
+        fingerprint=fingerprint,
+    )
     if s.silo_num < 0:
         raise FesError(f"comm_args.silo_num must be >= 1, got {s.silo_num}")
     if backend == "GRPC":
@@ -159,8 +172,10 @@ def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None,
             s.silo_num = len(client_ranks)
         missing = [r for r in range(0, s.silo_num + 1) if r not in s.grpc_peers]
         if missing:
-            raise FesError(f"{s.grpc_ipconfig_path} has no row for rank(s) {missing} "
-                           f"(needs ranks 0-{s.silo_num}: the server and comm_args.silo_num={s.silo_num} silos)")
+            raise FesError(
+                f"{s.grpc_ipconfig_path} has no row for rank(s) {missing} "
+                f"(needs ranks 0-{s.silo_num}: the server and comm_args.silo_num={s.silo_num} silos)"
+            )
     else:
         s.mqtt = mqtt_settings(comm("customized_training_mqtt_config"))
         s.s3 = s3_settings(comm("customized_training_s3_config"))
@@ -181,9 +196,11 @@ def read_ipconfig(path: str) -> dict[int, GrpcPeer]:
     eid must equal rank; a rank missing from the file would silently become 0.0.0.0:8890+rank."""
     p = Path(path)
     if not p.is_file():
-        raise FesError(f"comm_args.grpc_ipconfig_path: file not found: {path} (a relative path in a config file "
-                       f"is from the file's folder, one given with --set from the current directory; "
-                       f"layout: {','.join(IPCONFIG_COLUMNS)})")
+        raise FesError(
+            f"comm_args.grpc_ipconfig_path: file not found: {path} (a relative path in a config file "
+            f"is from the file's folder, one given with --set from the current directory; "
+            f"layout: {','.join(IPCONFIG_COLUMNS)})"
+        )
     with p.open(newline="") as f:
         reader = csv.DictReader(f)
         header = [h.strip() for h in (reader.fieldnames or [])]
@@ -228,8 +245,13 @@ def mqtt_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError):
         raise FesError(f"{where}.BROKER_PORT and MQTT_KEEPALIVE must be integers") from None
     user = _unset_to_none(values.get("MQTT_USER"))
-    return {"BROKER_HOST": str(values["BROKER_HOST"]), "BROKER_PORT": port, "MQTT_USER": user,
-            "MQTT_PWD": _unset_to_none(values.get("MQTT_PWD")) if user else None, "MQTT_KEEPALIVE": keepalive}
+    return {
+        "BROKER_HOST": str(values["BROKER_HOST"]),
+        "BROKER_PORT": port,
+        "MQTT_USER": user,
+        "MQTT_PWD": _unset_to_none(values.get("MQTT_PWD")) if user else None,
+        "MQTT_KEEPALIVE": keepalive,
+    }
 
 
 def _unset_to_none(value: Any) -> Any:
@@ -247,4 +269,3 @@ def s3_settings(raw: Mapping[str, Any]) -> dict[str, Any]:
     if missing:
         raise FesError(f"{where} needs {', '.join(missing)} (without them FedML would use the FedML cloud's storage)")
     return {k: str(v) for k, v in values.items() if v is not None}
-

@@ -12,6 +12,7 @@ its line is the error. A silo dying later is a dropout the server copes with. Ev
 also dies with the launcher itself (PR_SET_PDEATHSIG), so nothing is orphaned even if the
 launcher is killed.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,10 @@ from typing import Any, Callable
 import yaml
 
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
-from fedml_fes_plugins.cross_silo.services import Child as ServiceChild, Service, child_env, free_port, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
+from fedml_fes_plugins.cross_silo.services import Service, child_env, free_port, start_mosquitto, start_s3
 
 SILO_GRACE_S = 15.0
 
@@ -36,7 +37,7 @@ class Child(ServiceChild):
     """A server or silo process: its tagged lines go to the launcher, then None when it ends."""
 
     def forward(self, line: str) -> str | None:
-        return line[len(TAG):].rstrip("\n") if line.startswith(TAG) else None
+        return line[len(TAG) :].rstrip("\n") if line.startswith(TAG) else None
 
     def finished(self, lines: queue.Queue) -> None:
         lines.put((self.name, None))
@@ -48,8 +49,14 @@ def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
     path.write_text("\n".join(rows) + "\n")
 
 
-def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, local_services: bool,
-             services: list[Service], resume: bool = False) -> tuple[Path, Path, Any, CrossSiloSettings]:
+def _prepare(
+    config_path: str,
+    overrides: dict[str, Any],
+    run_dir: str | None,
+    local_services: bool,
+    services: list[Service],
+    resume: bool = False,
+) -> tuple[Path, Path, Any, CrossSiloSettings]:
     """Run dir, services, and the effective config every process reads, checked. `resume`: the
     run in `run_dir` can be continued (else a run left unfinished there is refused)."""
     from fedml_fes.config import CommConfig, config_from_dict, read_sections
@@ -76,7 +83,9 @@ def _prepare(config_path: str, overrides: dict[str, Any], run_dir: str | None, l
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
         elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
-            comm["grpc_ipconfig_path"] = str(Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve())
+            comm["grpc_ipconfig_path"] = str(
+                Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve()
+            )
         elif local_services and backend == "GRPC":
             silo_num = int(comm.get("silo_num") or 0)
             if silo_num < 1:  # take the count from the configured ipconfig
@@ -102,25 +111,32 @@ class AlreadyCompleted(Exception):
         self.run_dir = run_dir
 
 
-def run_local(config_path: str, overrides: list[str], run_dir: str | None = None, local_services: bool = False,
-              echo: Callable[[str], None] = print, timeout_s: float | None = None,
-              resume: bool = False) -> dict[str, Any]:
+def run_local(
+    config_path: str,
+    overrides: list[str],
+    run_dir: str | None = None,
+    local_services: bool = False,
+    echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
     """Run server + silos here; returns the server's summary, raises FesError with the error line.
     `resume`: continue the run in `run_dir` after its checkpointed round (the silos restore
     their devices to it); a completed run's summary is returned as it is."""
+    from fedml_fes.config import parse_overrides
     from fedml_fes.runtime.job import check_before_run
     from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
-    from fedml_fes.config import parse_overrides
 
     services: list[Service] = []
     children: dict[str, Child] = {}
     path = None
     try:
         try:
-            path, effective, cfg, settings = _prepare(config_path, parse_overrides(overrides), run_dir,
-                                                      local_services, services, resume)
+            path, effective, cfg, settings = _prepare(
+                config_path, parse_overrides(overrides), run_dir, local_services, services, resume
+            )
         except AlreadyCompleted as done:
             echo(str(done))
             return json.loads((done.run_dir / "summary.json").read_text())
@@ -135,16 +151,31 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
         env = child_env(path, cfg.common.torch_threads)
         (path / "logs").mkdir(exist_ok=True)
         lines: queue.Queue = queue.Queue()
-        base = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(effective),
-                "--tagged-output"]
-        children["server"] = Child("server", base + ["--role", "server", "--rank", "0", "--run-dir", str(path)]
-                                   + (["--resume"] if resume else []),
-                                   path / "logs" / "server.log", env, lines)
+        base = [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "fedml_fes_plugins.cross_silo.main",
+            "--cf",
+            str(effective),
+            "--tagged-output",
+        ]
+        children["server"] = Child(
+            "server",
+            base + ["--role", "server", "--rank", "0", "--run-dir", str(path)] + (["--resume"] if resume else []),
+            path / "logs" / "server.log",
+            env,
+            lines,
+        )
         for rank in settings.ranks:
             children[f"silo{rank}"] = Child(
-                f"silo{rank}", base + ["--role", "client", "--rank", str(rank),
-                                       "--run-dir", str(path / "silos" / str(rank))],
-                path / "logs" / f"silo{rank}.log", env, lines)
+                f"silo{rank}",
+                base + ["--role", "client", "--rank", str(rank), "--run-dir", str(path / "silos" / str(rank))],
+                path / "logs" / f"silo{rank}.log",
+                env,
+                lines,
+            )
         pids = {name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}
         (path / "processes.json").write_text(json.dumps(pids, indent=2))
         error = _supervise(children, lines, echo, timeout_s)
@@ -161,8 +192,9 @@ def run_local(config_path: str, overrides: list[str], run_dir: str | None = None
     return json.loads((path / "summary.json").read_text())
 
 
-def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None],
-               timeout_s: float | None) -> str | None:
+def _supervise(
+    children: dict[str, Child], lines: queue.Queue, echo: Callable[[str], None], timeout_s: float | None
+) -> str | None:
     """Follow the run until the server ends; the error line, if any."""
     server = children["server"]
     deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -180,9 +212,9 @@ def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[s
         if text is not None:
             if text.startswith("error: "):
                 if name == "server":
-                    error = error or text[len("error: "):]
+                    error = error or text[len("error: ") :]
                 elif not started:
-                    return f"{_who(name)}: {text[len('error: '):]}"
+                    return f"{_who(name)}: {text[len('error: ') :]}"
                 else:
                     echo(f"{_who(name)}: {text}")
             else:
@@ -198,7 +230,7 @@ def _supervise(children: dict[str, Child], lines: queue.Queue, echo: Callable[[s
                 while not lines.empty():  # its error line, if it printed one
                     n, t = lines.get_nowait()
                     if n == cname and t and t.startswith("error: "):
-                        return f"{_who(cname)}: {t[len('error: '):]}"
+                        return f"{_who(cname)}: {t[len('error: ') :]}"
                 return f"{_who(cname)} exited with code {rc} at start (see {child.log_path})"
             if rc != 0:
                 echo(f"{_who(cname)} exited with code {rc}")

@@ -19,6 +19,7 @@ this module takes what the agent fills in:
 plus an optional `fes_overrides` mapping of `section.key: value` (tune a run from the
 MLOps UI without rebuilding). It then runs `cross_silo.main` over MQTT_S3.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,6 @@ from typing import Any
 import yaml
 
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.cross_silo.main import TAG
 
 
@@ -81,9 +81,15 @@ def effective_config(shell_path: Path, role: str, rank: int) -> tuple[dict[str, 
 
     fes.setdefault("common_args", {})["training_type"] = "cross_silo"
     fes_comm = fes.setdefault("comm_args", {})
-    fes_comm.update({"backend": "MQTT_S3", "silo_num": silo_num, "run_id": f"fes-{train.get('run_id', 0)}",
-                     "customized_training_mqtt_config": side_file("mqtt_config_path"),
-                     "customized_training_s3_config": side_file("s3_config_path")})
+    fes_comm.update(
+        {
+            "backend": "MQTT_S3",
+            "silo_num": silo_num,
+            "run_id": f"fes-{train.get('run_id', 0)}",
+            "customized_training_mqtt_config": side_file("mqtt_config_path"),
+            "customized_training_s3_config": side_file("s3_config_path"),
+        }
+    )
     return fes, silo_ids, int(train.get("server_id") or 0)
 
 
@@ -104,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         effective = shell.parent / f"fes_effective_{opts.role}{opts.rank}.yaml"
         effective.write_text(yaml.safe_dump(fes, sort_keys=False))
         from fedml_fes_plugins.cross_silo.main import run_guarded
+
         run = argparse.Namespace(role=opts.role, rank=opts.rank, cf=str(effective), run_dir=opts.run_dir, set=[])
         return run_guarded(run, emit, silo_ids=silo_ids, server_id=server_id)
     except FesError as e:

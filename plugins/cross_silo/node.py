@@ -6,6 +6,7 @@ deadlines, so here the receive thread only queues messages, and the role's logic
 the main thread, reading the inbox with timeouts: a dropped silo or a silent server is a
 timeout in plain code, not a watchdog racing the handlers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,10 +16,9 @@ import time
 from typing import Any, Callable
 
 from fedml_fes.errors import one_line
-
+from fedml_fes_plugins.adapters.offline import import_fedml
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.transport import flush_then_stop, make_grpc_manager
-from fedml_fes_plugins.adapters.offline import import_fedml
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 from fedml.core.distributed.communication.constants import CommunicationConstants

@@ -18,6 +18,7 @@ to pickle than torch tensors), turned back into tensors on arrival. Updates come
 turns a payload into `ClientUpdate`s, rejecting anything malformed with a reason, before
 RoundServer validates the tensors (keys, shapes, dtypes, finite values).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,6 @@ from typing import Any, Callable, Mapping
 import torch
 
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
-
 from fedml_fes_plugins.adapters.offline import import_fedml
 from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
 
@@ -43,9 +43,14 @@ LabelCheck = Callable[[int, list, list], "str | None"]
 
 def update_to_wire(u: ClientUpdate) -> dict[str, Any]:
     """Plain data (numpy arrays inside): pickled as a whole by either transport."""
-    return {"round_idx": int(u.round_idx), "client_id": int(u.client_id), "params": tensors_to_wire(u.params),
-            "weight": float(u.weight), "metrics": {str(k): float(v) for k, v in u.metrics.items()},
-            "report": {k: [int(x) for x in v] for k, v in u.report.items()}}
+    return {
+        "round_idx": int(u.round_idx),
+        "client_id": int(u.client_id),
+        "params": tensors_to_wire(u.params),
+        "weight": float(u.weight),
+        "metrics": {str(k): float(v) for k, v in u.metrics.items()},
+        "report": {k: [int(x) for x in v] for k, v in u.report.items()},
+    }
 
 
 def _real(x: Any) -> bool:
@@ -56,8 +61,9 @@ def _int_list(x: Any) -> bool:
     return isinstance(x, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in x)
 
 
-def parse_update(item: Any, round_idx: int, tasks: Mapping[int, ClientTask],
-                 label_check: LabelCheck | None = None) -> ClientUpdate:
+def parse_update(
+    item: Any, round_idx: int, tasks: Mapping[int, ClientTask], label_check: LabelCheck | None = None
+) -> ClientUpdate:
     """One update from the wire, or ValueError naming what is wrong with it."""
     if not isinstance(item, Mapping) or any(k not in item for k in UPDATE_FIELDS):
         raise ValueError(f"malformed update (needs {', '.join(UPDATE_FIELDS)})")
@@ -67,8 +73,9 @@ def parse_update(item: Any, round_idx: int, tasks: Mapping[int, ClientTask],
     if item["round_idx"] != round_idx:
         raise ValueError(f"update from client {cid} is for round {item['round_idx']!r}, not {round_idx}")
     params = tensors_from_wire(item["params"])
-    if not isinstance(params, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                  for k, v in params.items()):
+    if not isinstance(params, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in params.items()
+    ):
         raise ValueError(f"update from client {cid}: params are not a mapping of names to tensors")
     weight = item["weight"]
     if not _real(weight) or not math.isfinite(weight) or weight < 0:
@@ -81,16 +88,26 @@ def parse_update(item: Any, round_idx: int, tasks: Mapping[int, ClientTask],
         raise ValueError(f"update from client {cid}: report is not a mapping of names to integer lists")
     if tasks[cid].kind == "label":
         ids, labels = list(report.get("example_ids", [])), list(report.get("labels", []))
-        problem = "example ids and labels differ in length" if len(ids) != len(labels) else (
-            label_check(cid, ids, labels) if label_check else None)
+        problem = (
+            "example ids and labels differ in length"
+            if len(ids) != len(labels)
+            else (label_check(cid, ids, labels) if label_check else None)
+        )
         if problem:
             raise ValueError(f"labeling report from client {cid}: {problem}")
-    return ClientUpdate(round_idx, cid, OrderedDict(params), float(weight),
-                        {k: float(v) for k, v in metrics.items()}, {k: list(v) for k, v in report.items()})
+    return ClientUpdate(
+        round_idx,
+        cid,
+        OrderedDict(params),
+        float(weight),
+        {k: float(v) for k, v in metrics.items()},
+        {k: list(v) for k, v in report.items()},
+    )
 
 
-def parse_updates(payload: Any, round_idx: int, tasks: Mapping[int, ClientTask],
-                  label_check: LabelCheck | None = None) -> tuple[list[ClientUpdate], list[str]]:
+def parse_updates(
+    payload: Any, round_idx: int, tasks: Mapping[int, ClientTask], label_check: LabelCheck | None = None
+) -> tuple[list[ClientUpdate], list[str]]:
     """The acceptable updates of one silo's answer, and one reason per rejected item."""
     if payload is None or payload == "":
         return [], []

@@ -17,37 +17,44 @@ machines. So:
 - what comes back is parsed defensively: malformed updates are rejected and logged, and
   RoundServer rejects non-finite or mis-shaped tensors; nothing invalid is averaged in.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from fedml_fes.report.metrics import format_row
 from fedml_fes.errors import FesError, one_line
+from fedml_fes.report.metrics import format_row
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
-
-from fedml_fes_plugins.cross_silo import protocol as p
-
 from fedml_fes_plugins.adapters import messages as m
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.wire import tensors_to_wire
+from fedml_fes_plugins.cross_silo import protocol as p
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 
 
 class SiloServer(QueuedCommManager):
-    def __init__(self, args: Any, job: Job, run_dir: Path, settings: CrossSiloSettings,
-                 emit: Callable[[str], None], resume: bool = False):
+    def __init__(
+        self,
+        args: Any,
+        job: Job,
+        run_dir: Path,
+        settings: CrossSiloSettings,
+        emit: Callable[[str], None],
+        resume: bool = False,
+    ):
         super().__init__(args, settings, rank=0)
         self.job = job
         self.emit = emit
         args.fes_job = job  # what the FedML plugins share
         self.aggregator = FesAggregator(job.model, args)
-        self.session = self.aggregator.open(run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}",
-                                            resume=resume)
+        self.session = self.aggregator.open(
+            run_dir, runtime=f"fedml_cross_silo_{settings.backend.lower()}", resume=resume
+        )
         # the round this run continues after (-1: fresh): what the starting silos restore
         self.start_after = -1 if self.session.checkpointed is None else self.session.checkpointed
         self.server = self.session.server
@@ -100,9 +107,11 @@ class SiloServer(QueuedCommManager):
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = [r for r in s.ranks if r not in self.online]
-                raise FesError(f"silo rank(s) {missing} did not join within {s.join_timeout_s:.0f}s "
-                               f"(comm_args.join_timeout_s): are they running, with this config, and can they "
-                               f"reach the server ({s.where(0)})?")
+                raise FesError(
+                    f"silo rank(s) {missing} did not join within {s.join_timeout_s:.0f}s "
+                    f"(comm_args.join_timeout_s): are they running, with this config, and can they "
+                    f"reach the server ({s.where(0)})?"
+                )
             got = self.next_message(min(left, 1.0))
             if got is not None:
                 self._handle_idle(*got, starting=True)
@@ -124,8 +133,10 @@ class SiloServer(QueuedCommManager):
             self.session.recorder.log_event(f"ignored a join from unknown sender {msg.get_sender_id()!r}")
             return None, ""
         if msg.get(m.KEY_FINGERPRINT) != self.settings.fingerprint:
-            error = (f"silo rank {rank} runs another job (fingerprint {msg.get(m.KEY_FINGERPRINT)} != "
-                     f"{self.settings.fingerprint}): start every process with the same config and fedml-fes version")
+            error = (
+                f"silo rank {rank} runs another job (fingerprint {msg.get(m.KEY_FINGERPRINT)} != "
+                f"{self.settings.fingerprint}): start every process with the same config and fedml-fes version"
+            )
             self.send(self.message(m.MSG_S2C_WELCOME, rank, **{m.KEY_ERROR: error}))
             if starting:
                 raise FesError(error)
@@ -149,8 +160,11 @@ class SiloServer(QueuedCommManager):
         self.online.add(rank)
         if kind == "duplicate" or starting:  # starting: the silo restores to this run's start, not its disk
             return rank, kind
-        state = {c: n for c, n in p.parse_state(msg.get(m.KEY_STATE)).items()
-                 if c in self._unlabeled and self.settings.owner_rank(c) == rank}
+        state = {
+            c: n
+            for c, n in p.parse_state(msg.get(m.KEY_STATE)).items()
+            if c in self._unlabeled and self.settings.owner_rank(c) == rank
+        }
         for c, n in state.items():  # the device's disk is the truth for what it holds
             self.server.pseudo_counts[c] = n
         if kind != "first" or state:
@@ -193,8 +207,9 @@ class SiloServer(QueuedCommManager):
         shared: dict[str, Any] = {}  # MQTT_S3: one S3 upload of the global tensors per phase
         for rank in sorted(self.online):
             ts = by_rank.get(rank, [])
-            msg = self.message(m.MSG_S2C_TASKS, rank, **{m.KEY_ROUND: r, m.KEY_PHASE: phase,
-                                                         m.KEY_TASKS: [t.to_dict() for t in ts]})
+            msg = self.message(
+                m.MSG_S2C_TASKS, rank, **{m.KEY_ROUND: r, m.KEY_PHASE: phase, m.KEY_TASKS: [t.to_dict() for t in ts]}
+            )
             if ts:
                 msg.add_params(p.PAYLOAD, params)
                 msg.get_params().update(shared)
@@ -204,8 +219,11 @@ class SiloServer(QueuedCommManager):
             if ts:
                 pending[rank] = {t.client_id: t for t in ts}
                 if s.backend == "MQTT_S3" and not shared:
-                    shared = {k: msg.get(k) for k in (p.Message.MSG_ARG_KEY_MODEL_PARAMS_URL,
-                                                      p.Message.MSG_ARG_KEY_MODEL_PARAMS_KEY) if msg.get(k)}
+                    shared = {
+                        k: msg.get(k)
+                        for k in (p.Message.MSG_ARG_KEY_MODEL_PARAMS_URL, p.Message.MSG_ARG_KEY_MODEL_PARAMS_KEY)
+                        if msg.get(k)
+                    }
         return self._collect(r, phase, pending)
 
     def _collect(self, r: int, phase: str, pending: dict[int, dict[int, ClientTask]]) -> list[ClientUpdate]:
@@ -215,8 +233,13 @@ class SiloServer(QueuedCommManager):
             left = deadline - time.monotonic()
             if left <= 0:
                 for rank, ts in sorted(pending.items()):
-                    self._drop(rank, r, phase, list(ts.values()),
-                               f"sent nothing within {self.settings.round_timeout_s:g}s (comm_args.round_timeout_s)")
+                    self._drop(
+                        rank,
+                        r,
+                        phase,
+                        list(ts.values()),
+                        f"sent nothing within {self.settings.round_timeout_s:g}s (comm_args.round_timeout_s)",
+                    )
                 break
             got = self.next_message(min(left, 1.0))
             if got is None:
@@ -234,8 +257,10 @@ class SiloServer(QueuedCommManager):
             if (msg.get(m.KEY_ROUND), msg.get(m.KEY_PHASE)) != (r, phase) or rank not in pending:
                 self._seen_alive(rank)
                 if msg.get(p.PAYLOAD):  # a late answer (pings have none)
-                    self.session.recorder.log_event(f"round {r} {phase}: ignored a late answer from silo rank {rank} "
-                                                    f"(round {msg.get(m.KEY_ROUND)} {msg.get(m.KEY_PHASE)})")
+                    self.session.recorder.log_event(
+                        f"round {r} {phase}: ignored a late answer from silo rank {rank} "
+                        f"(round {msg.get(m.KEY_ROUND)} {msg.get(m.KEY_PHASE)})"
+                    )
                 continue
             got_updates, problems = p.parse_updates(msg.get(p.PAYLOAD), r, pending.pop(rank), self._check_labels)
             for problem in problems:
@@ -251,8 +276,9 @@ class SiloServer(QueuedCommManager):
             self.online.add(rank)
             self.log(f"silo rank {rank} is back (a late answer arrived in round {self.round_idx})")
 
-    def _drop(self, rank: int, r: int, phase: str, tasks: list[ClientTask], why: str,
-              keep_online: bool = False) -> None:
+    def _drop(
+        self, rank: int, r: int, phase: str, tasks: list[ClientTask], why: str, keep_online: bool = False
+    ) -> None:
         if not keep_online:
             self.online.discard(rank)
         lost = f"; updates of clients {[t.client_id for t in tasks]} lost" if tasks else ""

@@ -6,6 +6,7 @@ broker and MinIO / AWS S3 instead (docs/DEPLOY.md). Every process started here d
 the process that started it (PR_SET_PDEATHSIG on Linux), so a killed launcher leaves no
 broker behind.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -47,6 +48,7 @@ def child_env(run_dir: Path, torch_threads: int) -> dict[str, str]:
     """A launched process's environment: it writes under the launcher's lock on `run_dir`
     (handed down, `rundir.inherited_lock_env`) and, with `torch_threads` set, BLAS uses as many."""
     from fedml_fes.runtime.rundir import inherited_lock_env
+
     env = {**os.environ, **inherited_lock_env(run_dir)}
     if torch_threads > 0:
         env.setdefault("OMP_NUM_THREADS", str(torch_threads))
@@ -61,8 +63,16 @@ class Child:
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str], lines: queue.Queue):
         self.name = name
         self.log_path = log_path
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, env=env, preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
         self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
         self.reader.start()
 
@@ -135,8 +145,9 @@ class Service:
 def find_mosquitto() -> str:
     found = shutil.which("mosquitto") or next((p for p in MOSQUITTO_PATHS if os.access(p, os.X_OK)), None)
     if not found:
-        raise FesError("mosquitto not found: install it (Debian/Ubuntu: apt-get install mosquitto; "
-                       "macOS: brew install mosquitto)")
+        raise FesError(
+            "mosquitto not found: install it (Debian/Ubuntu: apt-get install mosquitto; macOS: brew install mosquitto)"
+        )
     return found
 
 
@@ -149,15 +160,20 @@ def _password_file(path: Path, users: dict[str, str], mosquitto: str) -> None:
             raise FesError(f"mosquitto_passwd failed: {out.stderr.strip() or out.stdout.strip()}")
 
 
-def start_mosquitto(workdir: Path, port: int | None = None, users: dict[str, str] | None = None,
-                    timeout_s: float = 10.0) -> Service:
+def start_mosquitto(
+    workdir: Path, port: int | None = None, users: dict[str, str] | None = None, timeout_s: float = 10.0
+) -> Service:
     """mosquitto on 127.0.0.1 only; anonymous unless `users` (name -> password) is given."""
     exe = find_mosquitto()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
-    lines = [f"listener {port} 127.0.0.1", "persistence false", "log_dest stdout",
-             f"allow_anonymous {'false' if users else 'true'}"]
+    lines = [
+        f"listener {port} 127.0.0.1",
+        "persistence false",
+        "log_dest stdout",
+        f"allow_anonymous {'false' if users else 'true'}",
+    ]
     if users:
         _password_file(workdir / "mosquitto.passwd", users, exe)
         lines.append(f"password_file {workdir / 'mosquitto.passwd'}")
@@ -167,31 +183,63 @@ def start_mosquitto(workdir: Path, port: int | None = None, users: dict[str, str
     conf.write_text("\n".join(lines) + "\n")
     log = workdir / "mosquitto.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([exe, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            [exe, "-c", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+        )
     wait_for_port("127.0.0.1", port, proc, "mosquitto", log, timeout_s)
-    return Service("mosquitto", proc, "127.0.0.1", port, log,
-                   {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": port, "MQTT_KEEPALIVE": 60,
-                    **({"MQTT_USER": next(iter(users)), "MQTT_PWD": next(iter(users.values()))} if users else {})})
+    return Service(
+        "mosquitto",
+        proc,
+        "127.0.0.1",
+        port,
+        log,
+        {
+            "BROKER_HOST": "127.0.0.1",
+            "BROKER_PORT": port,
+            "MQTT_KEEPALIVE": 60,
+            **({"MQTT_USER": next(iter(users)), "MQTT_PWD": next(iter(users.values()))} if users else {}),
+        },
+    )
 
 
-def start_s3(workdir: Path, port: int | None = None, bucket: str = "fes", timeout_s: float = 30.0,
-             env: dict[str, str] | None = None, create_bucket: bool = True) -> Service:
+def start_s3(
+    workdir: Path,
+    port: int | None = None,
+    bucket: str = "fes",
+    timeout_s: float = 30.0,
+    env: dict[str, str] | None = None,
+    create_bucket: bool = True,
+) -> Service:
     """moto's S3 server on 127.0.0.1 with `bucket` created; any keys work (moto checks none)."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        raise FesError("a local S3 endpoint needs moto's server: pip install 'moto[server]==5.2.5' "
-                       "(or pip install -e '.[local]')")
+        raise FesError(
+            "a local S3 endpoint needs moto's server: pip install 'moto[server]==5.2.5' (or pip install -e '.[local]')"
+        )
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     log = workdir / "moto.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            preexec_fn=die_with_parent,
+        )
     wait_for_port("127.0.0.1", port, proc, "moto S3 server", log, timeout_s)
-    config = {"CN_S3_ENDPOINT": f"http://127.0.0.1:{port}", "CN_REGION_NAME": "us-east-1",
-              "CN_S3_AKI": "fes-local", "CN_S3_SAK": "fes-local-secret", "BUCKET_NAME": bucket}
+    config = {
+        "CN_S3_ENDPOINT": f"http://127.0.0.1:{port}",
+        "CN_REGION_NAME": "us-east-1",
+        "CN_S3_AKI": "fes-local",
+        "CN_S3_SAK": "fes-local-secret",
+        "BUCKET_NAME": bucket,
+    }
     service = Service("moto", proc, "127.0.0.1", port, log, config)
     if create_bucket:
         try:
@@ -205,6 +253,12 @@ def start_s3(workdir: Path, port: int | None = None, bucket: str = "fes", timeou
 def s3_client(config: dict[str, Any]) -> Any:
     import boto3
     from botocore.config import Config
-    return boto3.client("s3", endpoint_url=config.get("CN_S3_ENDPOINT"), region_name=config.get("CN_REGION_NAME"),
-                        aws_access_key_id=config["CN_S3_AKI"], aws_secret_access_key=config["CN_S3_SAK"],
-                        config=Config(signature_version="s3v4", retries={"max_attempts": 2}))
+
+    return boto3.client(
+        "s3",
+        endpoint_url=config.get("CN_S3_ENDPOINT"),
+        region_name=config.get("CN_REGION_NAME"),
+        aws_access_key_id=config["CN_S3_AKI"],
+        aws_secret_access_key=config["CN_S3_SAK"],
+        config=Config(signature_version="s3v4", retries={"max_attempts": 2}),
+    )

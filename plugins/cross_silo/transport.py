@@ -10,6 +10,7 @@ Two things FedML 0.9.6 leaves open are closed here:
   customized configs are missing; `fedml_args` always passes both (checked non-empty by
   the settings), and `flush_mqtt` lets the last messages leave before disconnecting.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,9 +23,8 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 from fedml_fes.config import FesConfig
-
-from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.adapters.offline import import_fedml
+from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 import grpc
@@ -90,10 +90,12 @@ class BlockingGrpcCommManager(GRPCCommManager):
         request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=pickle.dumps(msg))
         # A fresh channel per message, as FedML does: a cached one to a peer that died keeps
         # failing through gRPC's reconnect backoff after the peer is back.
-        with grpc.insecure_channel(f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}",
-                                   options=self.opts) as channel:
-            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(request, timeout=timeout_s,
-                                                                               wait_for_ready=self.wait_for_ready)
+        with grpc.insecure_channel(
+            f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}", options=self.opts
+        ) as channel:
+            grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(
+                request, timeout=timeout_s, wait_for_ready=self.wait_for_ready
+            )
 
 
 class StartupTolerantGrpcCommManager(BlockingGrpcCommManager):
@@ -123,6 +125,7 @@ def use_startup_tolerant_grpc() -> None:
     and polls its queue without sleeping (line 157: a busy core per process). Point the name
     at `StartupTolerantGrpcCommManager` before FedMLRunner builds its managers."""
     from fedml.core.distributed.communication.grpc import grpc_comm_manager
+
     grpc_comm_manager.GRPCCommManager = StartupTolerantGrpcCommManager
 
 
@@ -185,14 +188,16 @@ def use_flushing_mqtt_stop() -> None:
     drain the outgoing queue (bounded, `flush_mqtt`) and then runs FedML's stop, leaving the
     socket to paho's loop (`disconnect_in_loop_thread`)."""
     from fedml.core.distributed.communication.mqtt_s3 import mqtt_s3_multi_clients_comm_manager as mqtt_s3
+
     cls = mqtt_s3.MqttS3MultiClientsCommManager
     original = cls.stop_receive_message
     if getattr(original, "fes_flushes", False):
         return
 
     def stop_receive_message(self) -> threading.Thread:
-        worker = threading.Thread(target=flush_then_stop, args=(self, lambda: original(self), MQTT_FLUSH_S),
-                                  name="fes-mqtt-stop")  # not a daemon: it must run
+        worker = threading.Thread(
+            target=flush_then_stop, args=(self, lambda: original(self), MQTT_FLUSH_S), name="fes-mqtt-stop"
+        )  # not a daemon: it must run
         worker.start()
         return worker
 

@@ -3,6 +3,7 @@
 The embedded default (`fedml-fes demo`, `fedml-fes run`). The same `RoundServer` and the
 same FedML plugin objects as under mpirun, with function calls instead of messages.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,6 @@ from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.report.metrics import format_row
 from fedml_fes.runtime.job import build_job
-
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
 from fedml_fes_plugins.adapters.offline import offline_fedml_init
 from fedml_fes_plugins.adapters.trainer import FesTrainer
@@ -38,8 +38,9 @@ def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progre
     run_in_process(mlm_cfg, make_run_dir(mlm_cfg), progress=progress, echo=echo)
 
 
-def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
-                   echo: Callable[[str], None] = print, resume: bool = False) -> dict[str, Any]:
+def run_in_process(
+    cfg: FesConfig, run_dir: Path, progress: bool = True, echo: Callable[[str], None] = print, resume: bool = False
+) -> dict[str, Any]:
     """Run the config in this process. `resume`: continue the run in `run_dir` from its
     checkpoint (`fedml_fes.runtime.checkpoint`). A stop (Ctrl-C, SIGTERM under
     `signals.stop_on_signals`) abandons the round in progress, writes summary.json with status
@@ -56,14 +57,21 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
         ensure_mlm_build(cfg, echo, progress)
         cached = method.cached_result(cfg)  # before loading anything
         if cached is not None:
-            echo(f"reusing cached {method_name} build at {cached.get('path')} "
-                 f"({method.primary_metric}={cached.get(method.primary_metric)})")
+            echo(
+                f"reusing cached {method_name} build at {cached.get('path')} "
+                f"({method.primary_metric}={cached.get(method.primary_metric)})"
+            )
             return {"status": "cached", **cached, "run_dir": str(run_dir)}
         # Shown at once: loading, the initial evaluation and (builds) every optimizer step. Without
         # a bar, builds (methods that count steps) say each phase in a line instead.
         stepwise = hasattr(method, "set_progress")
-        bar = tqdm(total=cfg.train.comm_round, desc=f"{method_name}: loading data and model", unit="round",
-                   disable=not progress, dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.train.comm_round,
+            desc=f"{method_name}: loading data and model",
+            unit="round",
+            disable=not progress,
+            dynamic_ncols=True,
+        )
         say = bar.write if progress else echo
 
         def phase(what: str) -> None:
@@ -90,8 +98,9 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             say(f"resuming after round {session.next_round - 1} of {server.num_rounds} ({run_dir}/checkpoint.pt)")
         metric = job.method.primary_metric
         if stepwise:
-            per_round = (min(cfg.train.client_num_per_round, len(job.method.eligible_clients(job.data)))
-                         * job.method.steps_per_task(cfg))
+            per_round = min(
+                cfg.train.client_num_per_round, len(job.method.eligible_clients(job.data))
+            ) * job.method.steps_per_task(cfg)
             phase(f"training, {server.num_rounds} rounds x {per_round} steps")
             if progress:
                 bar.unit, bar.total = "step", server.num_rounds * per_round
@@ -125,8 +134,7 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             raise stop from None  # the signal, whatever C++ code turned its exception into (torch.save)
         if session is None or isinstance(e, (FesError, SystemExit)):
             raise
-        raise FesError(f"run failed in round {len(session.recorder.rows)}: {one_line(e)} "
-                       f"(details in {run_dir})") from e
+        raise FesError(f"run failed in round {len(session.recorder.rows)}: {one_line(e)} (details in {run_dir})") from e
     finally:
         if job is not None and hasattr(method, "set_progress"):
             job.method.set_progress(None)
@@ -134,16 +142,23 @@ def run_in_process(cfg: FesConfig, run_dir: Path, progress: bool = True,
             bar.close()
 
 
-def _close(session, error: BaseException, stop: KeyboardInterrupt | None, run_dir: Path, primary_metric: str,
-           resume: bool) -> None:
+def _close(
+    session, error: BaseException, stop: KeyboardInterrupt | None, run_dir: Path, primary_metric: str, resume: bool
+) -> None:
     """summary.json for a run that stopped (`stop`) or failed, whenever it happened: the
     session's, or before the session existed the checkpoint's rounds when resuming (none
     otherwise). Nothing when the session already closed itself."""
     from fedml_fes.runtime.session import summary_from_checkpoint
+
     if session is None:
-        summary_from_checkpoint(run_dir, primary_metric, "in_process", "interrupted" if stop is not None else "failed",
-                                interrupt_reason(stop) if stop is not None else one_line(error),
-                                since=None if resume else float("inf"))
+        summary_from_checkpoint(
+            run_dir,
+            primary_metric,
+            "in_process",
+            "interrupted" if stop is not None else "failed",
+            interrupt_reason(stop) if stop is not None else one_line(error),
+            since=None if resume else float("inf"),
+        )
     elif session.closed:
         return
     elif stop is not None:

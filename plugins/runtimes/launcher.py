@@ -13,6 +13,7 @@ stopped, it writes status `interrupted` with the rounds of the server's last che
 it names it (`rank 2 (pid 1234): exited on signal 9 (Killed)`) on stderr and in summary.json
 (status `failed`).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,6 @@ from typing import Callable
 
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.runtimes.mpi_main import TAG
 from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree, interrupt_reason
 
@@ -51,17 +51,23 @@ def relay_tagged(proc: subprocess.Popen, log, echo: Callable[[str], None], tag: 
         log.write(line)
         log.flush()
         if line.startswith(tag):
-            text = line[len(tag):].rstrip("\n")
+            text = line[len(tag) :].rstrip("\n")
             if text.startswith("error: "):
-                error = error or text[len("error: "):]
+                error = error or text[len("error: ") :]
             else:
                 echo(text)
     return error
 
 
-def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
-                   overrides: list[str], resume: bool = False,
-                   module: str = "fedml_fes_plugins.runtimes.mpi_main") -> list[str]:
+def mpirun_command(
+    np: int,
+    config: str,
+    run_dir: Path,
+    hostfile: str | None,
+    overrides: list[str],
+    resume: bool = False,
+    module: str = "fedml_fes_plugins.runtimes.mpi_main",
+) -> list[str]:
     """mpirun -np N running `module` on every rank (FedAvg rounds: mpi_main; split learning:
     split_mpi), with the config, run dir and overrides each rank reads."""
     if np < 2:
@@ -73,8 +79,19 @@ def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None,
         cmd += ["--hostfile", hostfile]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd += ["--allow-run-as-root"]
-    cmd += ["--oversubscribe", sys.executable, "-W", "ignore", "-m", module,
-            "--cf", config, "--run-dir", str(run_dir), "--tagged-output"]
+    cmd += [
+        "--oversubscribe",
+        sys.executable,
+        "-W",
+        "ignore",
+        "-m",
+        module,
+        "--cf",
+        config,
+        "--run-dir",
+        str(run_dir),
+        "--tagged-output",
+    ]
     for item in overrides:
         cmd += ["--set", item]
     if resume:
@@ -92,9 +109,17 @@ def rank_death(log_text: str) -> str | None:
     return f"rank {m.group(1)} (pid {m.group(2)}): exited on signal {m.group(4)}{name}"
 
 
-def run_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfile: str | None,
-               overrides: list[str], echo: Callable[[str], None] = print,
-               timeout_s: float | None = None, resume: bool = False) -> int:
+def run_mpirun(
+    cfg: FesConfig,
+    config_path: str,
+    np: int,
+    run_dir: Path,
+    hostfile: str | None,
+    overrides: list[str],
+    echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+    resume: bool = False,
+) -> int:
     """Run and stream; returns 0 on success, raises FesError with the ranks' error line, and
     re-raises a stop (KeyboardInterrupt / signals.Interrupted) after ending every process it
     started and writing summary.json. `resume`: the server continues from run_dir's checkpoint."""
@@ -110,8 +135,16 @@ def run_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfil
     error: str | None = None
     with log_path.open("a" if resume else "w") as log:
         log_start = log.tell()  # a resumed run's log holds the earlier launches too
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         try:
             error = relay_tagged(proc, log, echo)
             rc = proc.wait(timeout=timeout_s)
@@ -144,5 +177,7 @@ def _close_summary(cfg: FesConfig, run_dir: Path, status: str, error: str, since
         return
     from fedml_fes.runtime.methods import get_method
     from fedml_fes.runtime.session import summary_from_checkpoint
-    summary_from_checkpoint(run_dir, get_method(cfg.train.method).primary_metric, "fedml_mpi", status, error,
-                            since=since)
+
+    summary_from_checkpoint(
+        run_dir, get_method(cfg.train.method).primary_metric, "fedml_mpi", status, error, since=since
+    )

@@ -5,6 +5,7 @@
 Any failure ends every rank: a worker's error is reported to the server, which records it
 and releases the others; anything unexpected calls MPI Abort after printing one line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,6 @@ from pathlib import Path
 
 from fedml_fes.config import load_config, parse_overrides
 from fedml_fes.errors import FesError
-
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
 TAG = "@fes "
@@ -22,8 +22,11 @@ TAG = "@fes "
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = rank_parser("fedml_fes_plugins.runtimes.mpi_main", "One rank of a FeS run under mpirun (rank 0 = server).")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --run-dir from its checkpoint (the last finished round)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its checkpoint (the last finished round)",
+    )
     return p.parse_args(argv)
 
 
@@ -45,18 +48,22 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=cfg.tracking_args.log_level)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         from fedml_fes.runtime.job import build_job, make_run_dir
+
         if rank == 0:  # the other ranks wait at the broadcast below while it builds
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+
             ensure_mlm_build(cfg, emit)
         run_dir = str(make_run_dir(cfg, opts.run_dir)) if rank == 0 else None
         run_dir = Path(comm.bcast(run_dir, root=0))
         from fedml_fes_plugins.adapters.offline import offline_fedml_init
+
         args = cfg.flat_args()
         args.training_type, args.backend = "simulation", "MPI"
         args = offline_fedml_init(args, run_dir)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         job = build_job(cfg, role="server" if rank == 0 else "client", run_dir=run_dir)
         from fedml_fes_plugins.runtimes.mpi_managers import FesClientManager, FesServerManager
+
         if rank == 0:
             emit(f"run directory: {run_dir}")
             manager = FesServerManager(args, job, run_dir, comm, rank, size, "MPI", emit, fatal, resume=opts.resume)

@@ -14,6 +14,7 @@ caught by the server's watchdog (`comm_args.worker_timeout_s`); a rank that dies
 named by the launcher (`launcher.py`). The server checkpoints every round
 (`ServerSession.phases`) and, with `resume`, continues from its run directory's checkpoint.
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,19 +29,28 @@ from fedml.core.distributed.communication.constants import CommunicationConstant
 from fedml.core.distributed.communication.message import Message
 from fedml.core.distributed.fedml_comm_manager import FedMLCommManager
 
-from fedml_fes.report.metrics import format_row
 from fedml_fes.errors import one_line
+from fedml_fes.report.metrics import format_row
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.payload import assign_slots
 from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
-
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
+from fedml_fes_plugins.adapters.messages import (
+    KEY_CLIENT,
+    KEY_ERROR,
+    KEY_PHASE,
+    KEY_ROUND,
+    KEY_TASKS,
+    KEY_UPDATES,
+    MSG_C2S_ERROR,
+    MSG_C2S_UPDATES,
+    MSG_S2C_FINISH,
+    MSG_S2C_TASKS,
+)
 from fedml_fes_plugins.adapters.mpi_transport import use_blocking_mpi
-from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
-from fedml_fes_plugins.adapters.messages import (KEY_CLIENT, KEY_ERROR, KEY_PHASE, KEY_ROUND, KEY_TASKS, KEY_UPDATES,
-                                                 MSG_C2S_ERROR, MSG_C2S_UPDATES, MSG_S2C_FINISH, MSG_S2C_TASKS)
 from fedml_fes_plugins.adapters.trainer import FesTrainer
+from fedml_fes_plugins.adapters.wire import tensors_from_wire, tensors_to_wire
 
 
 def assign_tasks(tasks: list[ClientTask], workers: list[int]) -> dict[int, list[ClientTask]]:
@@ -59,8 +69,19 @@ class _MpiManager(FedMLCommManager):
 
 
 class FesServerManager(_MpiManager):
-    def __init__(self, args: Any, job: Job, run_dir: Path, comm, rank: int, size: int, backend: str,
-                 emit: Callable[[str], None], on_fatal: Callable[[str], None], resume: bool = False):
+    def __init__(
+        self,
+        args: Any,
+        job: Job,
+        run_dir: Path,
+        comm,
+        rank: int,
+        size: int,
+        backend: str,
+        emit: Callable[[str], None],
+        on_fatal: Callable[[str], None],
+        resume: bool = False,
+    ):
         super().__init__(args, comm, rank, size, backend)
         self.job = job
         self.emit = emit
@@ -99,6 +120,7 @@ class FesServerManager(_MpiManager):
                     self._fail(f"server failed in round {self.round_idx}: {one_line(e)}")
                 finally:  # the wait for workers starts when the server has done its part
                     self._last_activity = time.monotonic()
+
         return run
 
     def _on_ready(self, _msg) -> None:
@@ -145,8 +167,9 @@ class FesServerManager(_MpiManager):
             self.session.recorder.log_event(f"ignored stale message from rank {sender}")
             return
         self.pending.discard(sender)
-        self.updates.extend(ClientUpdate(**{**u, "params": tensors_from_wire(u.get("params"))})
-                            for u in msg.get(KEY_UPDATES))
+        self.updates.extend(
+            ClientUpdate(**{**u, "params": tensors_from_wire(u.get("params"))}) for u in msg.get(KEY_UPDATES)
+        )
         if not self.pending:
             self._close()
 
@@ -183,8 +206,10 @@ class FesServerManager(_MpiManager):
                     return
                 if not (self.pending and time.monotonic() - self._last_activity > timeout):
                     continue
-                error = (f"no answer from worker ranks {sorted(self.pending)} in round {self.round_idx} "
-                         f"for {timeout:.0f}s (comm_args.worker_timeout_s)")
+                error = (
+                    f"no answer from worker ranks {sorted(self.pending)} in round {self.round_idx} "
+                    f"for {timeout:.0f}s (comm_args.worker_timeout_s)"
+                )
                 self.error = error
                 self.summary = self.session.fail(error)
             self.on_fatal(error)

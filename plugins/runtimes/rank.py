@@ -1,5 +1,6 @@
 """What every mpirun rank main shares (FedAvg's `mpi_main`, split learning's `split_mpi`):
 its command line and its place in MPI_COMM_WORLD with a printer for the launcher's relay."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,4 +38,5 @@ def join_world(tag: str, tagged: bool) -> World:
 
     def emit(line: str) -> None:
         print(prefix + line, flush=True)
+
     return World(comm, comm.Get_rank(), comm.Get_size(), emit, prefix)

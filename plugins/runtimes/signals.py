@@ -20,6 +20,7 @@ the error it caught, or the phase it just finished, is a stop, not a failure. Ex
 everything in that session: mpirun's `prterun` puts every rank in its own process group but
 in its session, so a process-group kill alone would miss the ranks.
 """
+
 from __future__ import annotations
 
 import contextlib

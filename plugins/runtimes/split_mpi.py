@@ -23,6 +23,7 @@ need its own wait on top. Plain mpi4py point-to-point messages fit the protocol 
 ranks start without importing FedML (and torchvision). Waits probe with a backing-off sleep
 instead of MPI's busy poll, so a waiting rank leaves the cores to the ones computing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,6 @@ from typing import Any, Callable
 
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
-
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree
 
@@ -48,6 +48,7 @@ PROBE_MIN_S, PROBE_MAX_S = 0.0002, 0.01
 def _recv(comm, source: int, tag: int) -> tuple[Any, int]:
     """(message, source rank), waiting with a backing-off probe instead of a busy poll."""
     from mpi4py import MPI
+
     status = MPI.Status()
     wait = PROBE_MIN_S
     while not comm.Iprobe(source=source, tag=tag, status=status):
@@ -89,6 +90,7 @@ def serve_rounds(cfg: FesConfig, comm, run, emit: Callable[[str], None]) -> dict
     messages, close it. Parallel: every worker plays its share at once; sequential: one client
     at a time, in the round's order, on the one body."""
     from fedml_fes.report.metrics import format_row
+
     workers = list(range(1, comm.Get_size()))
     for r in range(cfg.train.comm_round):
         clients = run.begin_round(r)
@@ -127,9 +129,11 @@ def play_clients(comm, side) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    return rank_parser("fedml_fes_plugins.runtimes.split_mpi",
-                       "One rank of a split-learning run under mpirun (rank 0 = server body).",
-                       "run config YAML (split_args)").parse_args(argv)
+    return rank_parser(
+        "fedml_fes_plugins.runtimes.split_mpi",
+        "One rank of a split-learning run under mpirun (rank 0 = server body).",
+        "run config YAML (split_args)",
+    ).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(opts.cf, parse_overrides(opts.set))
         if size < 2:
-            raise FesError(f"split learning under mpirun needs at least 2 processes (1 server + >= 1 client), "
-                           f"got -np {size}")
+            raise FesError(
+                f"split learning under mpirun needs at least 2 processes (1 server + >= 1 client), got -np {size}"
+            )
         logging.basicConfig(level=cfg.tracking_args.log_level)
         from fedml_fes.splitfed.parts import split_model
         from fedml_fes.splitfed.runtime import ClientSide, SplitRun, make_split_run_dir, prepare
+
         run_dir = str(make_split_run_dir(cfg, opts.run_dir)) if rank == 0 else None
         run_dir = Path(comm.bcast(run_dir, root=0))
         data, oracle, tokenizer, model, device = prepare(cfg, role="server" if rank == 0 else "client")
@@ -172,27 +178,48 @@ def main(argv: list[str] | None = None) -> int:
 
 # ---- the launcher (`fedml-fes split -np N`) ----
 
+
 def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None, overrides: list[str]) -> list[str]:
     """The FedAvg launcher's mpirun line, running this module's ranks."""
     from fedml_fes_plugins.runtimes.launcher import mpirun_command as fedavg_mpirun_command
-    return fedavg_mpirun_command(np, config, run_dir, hostfile, overrides, module="fedml_fes_plugins.runtimes.split_mpi")
+
+    return fedavg_mpirun_command(
+        np, config, run_dir, hostfile, overrides, module="fedml_fes_plugins.runtimes.split_mpi"
+    )
 
 
-def run_split_mpirun(cfg: FesConfig, config_path: str, np: int, run_dir: Path, hostfile: str | None,
-                     overrides: list[str], echo: Callable[[str], None] = print,
-                     timeout_s: float | None = None) -> dict[str, Any]:
+def run_split_mpirun(
+    cfg: FesConfig,
+    config_path: str,
+    np: int,
+    run_dir: Path,
+    hostfile: str | None,
+    overrides: list[str],
+    echo: Callable[[str], None] = print,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Run the ranks, show their lines, keep mpirun's whole output in <run_dir>/mpirun.log;
     returns summary.json's content, raises FesError with the ranks' error line."""
     import json
+
     cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides)
     env = dict(os.environ)
     if cfg.common.torch_threads > 0:
         env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
     from fedml_fes_plugins.runtimes.launcher import relay_tagged
+
     run_dir = Path(run_dir)
     with (run_dir / "mpirun.log").open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, bufsize=1,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            bufsize=1,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         try:
             error = relay_tagged(proc, log, echo, TAG)
             rc = proc.wait(timeout=timeout_s)
@@ -208,6 +235,7 @@ def run_split_command(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any
     """`fedml-fes split`: in-process without -np, else under mpirun with -np processes."""
     from fedml_fes.models import resolve_model_path
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
+
     resolve_model_path(cfg.model.model)  # a missing local model: one line now, not from every rank later
     if opts.np:
         hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)

@@ -9,6 +9,7 @@ and Python imports this file at start-up (site's `sitecustomize` hook). Faults:
 - stall_in_round / stall_on_rank / stall_s: a cross-silo silo stops answering from that round
   on, as a device that hangs (tests kill it while it stalls).
 """
+
 import json
 import os
 

@@ -1,6 +1,7 @@
 """The fault patches `sitecustomize` installs (see its docstring); in-process tests call
 `install` directly. Each patch is applied when its module is first imported, so processes
 that never import it (the moto S3 server, a bare interpreter) start as fast as ever."""
+
 from __future__ import annotations
 
 import importlib.abc
@@ -22,12 +23,17 @@ def install(spec: dict[str, Any]) -> None:
     if unknown:
         raise ValueError(f"FES_TEST_FAULTS: unknown keys {sorted(unknown)}")
     if "raise_in_round" in spec:
-        _when_imported("fedml_fes.runtime.client", lambda mod: _raise_in(mod, int(spec["raise_in_round"]),
-                                                                         int(spec.get("raise_on_client", -1))))
+        _when_imported(
+            "fedml_fes.runtime.client",
+            lambda mod: _raise_in(mod, int(spec["raise_in_round"]), int(spec.get("raise_on_client", -1))),
+        )
     if "stall_in_round" in spec:
-        _when_imported("fedml_fes_plugins.cross_silo.client",
-                       lambda mod: _stall_in(mod, int(spec["stall_in_round"]), int(spec.get("stall_on_rank", -1)),
-                                             float(spec.get("stall_s", 3600))))
+        _when_imported(
+            "fedml_fes_plugins.cross_silo.client",
+            lambda mod: _stall_in(
+                mod, int(spec["stall_in_round"]), int(spec.get("stall_on_rank", -1)), float(spec.get("stall_s", 3600))
+            ),
+        )
 
 
 def uninstall() -> None:

@@ -5,6 +5,7 @@ The agent starts it as
 after `config/bootstrap.sh` installed fedml-fes from the wheel shipped in `wheels/`.
 Everything happens in fedml_fes_plugins.cross_silo.mlops (see its docstring).
 """
+
 import sys
 
 from fedml_fes_plugins.cross_silo.mlops import main
