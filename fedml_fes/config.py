@@ -732,6 +732,39 @@ def load_config(path: str | os.PathLike, overrides: Mapping[str, Any] | None = N
     return config_from_dict(read_sections(path, overrides), source=str(path))
 
 
+RUN_CONFIG_FILE = "config.yaml"  # the config a run folder keeps, input paths absolute
+
+
+def read_run_sections(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A run folder's saved config.yaml as its raw sections; one error line when it is missing
+    or not YAML (the resume check, reports and the benchmarks' skip-finished check read it here)."""
+    path = Path(run_dir) / RUN_CONFIG_FILE
+    if not path.is_file():
+        raise FesError(f"{run_dir} is not a run directory (no {RUN_CONFIG_FILE})")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise FesError(f"{path} is not YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise FesError(f"{path} holds {type(raw).__name__}, not config sections")
+    return raw
+
+
+def load_run_config(run_dir: str | os.PathLike, drop_unknown: bool = False) -> FesConfig:
+    """A run folder's saved config, typed and validated. drop_unknown: keys this version no
+    longer knows are dropped, so an older run stays readable for reports."""
+    raw = read_run_sections(run_dir)
+    if drop_unknown:
+        default = FesConfig()
+        known = {f.name: {g.name for g in fields(getattr(default, f.name))} for f in _sections()}
+        raw = {
+            sec: {k: v for k, v in (values or {}).items() if k in known[sec]}
+            for sec, values in raw.items()
+            if sec in known and isinstance(values, dict)
+        }
+    return config_from_dict(raw, source=str(Path(run_dir) / RUN_CONFIG_FILE))
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise FesError(message)

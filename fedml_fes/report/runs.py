@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ..config import read_run_sections
 from ..cost.accounting import TaskRecord
-from ..errors import FesError
 from .client_costs import read_client_costs
 
 
@@ -64,10 +62,8 @@ class RunData:
 
 def load_run(run_dir: Path) -> RunData:
     run_dir = Path(run_dir)
-    cfg_path, metrics_path, summary_path = run_dir / "config.yaml", run_dir / "metrics.csv", run_dir / "summary.json"
-    if not cfg_path.is_file():
-        raise FesError(f"{run_dir} is not a run directory (no config.yaml)")
-    config = yaml.safe_load(cfg_path.read_text()) or {}
+    metrics_path, summary_path = run_dir / "metrics.csv", run_dir / "summary.json"
+    config = read_run_sections(run_dir)
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     metric = summary.get("primary_metric", "test_acc")
     accuracy: dict[int, float] = {}

@@ -46,9 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from ..config import FesConfig, config_from_dict, resolve_paths
+from ..config import RUN_CONFIG_FILE, FesConfig, load_run_config, resolve_paths
 from ..errors import FesError
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -113,11 +112,11 @@ def check_resume(cfg: FesConfig, run_dir: str | os.PathLike | None) -> dict[str,
     if not (d / CHECKPOINT_FILE).is_file():
         what = "does not exist" if not d.exists() else f"holds no {CHECKPOINT_FILE} (a run saves one after each round)"
         raise FesError(f"nothing to resume: run directory {run_dir} {what}")
-    stored_path = d / "config.yaml"
+    stored_path = d / RUN_CONFIG_FILE
     if stored_path.is_file():
         try:
-            stored = result_config(config_from_dict(yaml.safe_load(stored_path.read_text()), str(stored_path)))
-        except (FesError, yaml.YAMLError) as e:
+            stored = result_config(load_run_config(d))
+        except FesError as e:
             raise FesError(f"cannot resume {run_dir}: its config.yaml does not load: {e}") from None
         diffs = config_differences(stored, result_config(cfg))
         if diffs:

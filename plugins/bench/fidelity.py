@@ -711,23 +711,9 @@ def gold_classes(run_dir: Path, cfg: FesConfig | None = None) -> dict[str, Any] 
 def _saved_config(run_dir: Path) -> FesConfig:
     """A run's config.yaml; keys this version no longer knows are dropped (the report reads only data,
     method, seed and cost settings), so old runs stay reportable."""
-    import dataclasses
+    from fedml_fes.config import load_run_config
 
-    import yaml
-
-    raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
-    default = FesConfig()
-    known = {
-        f.name: {g.name for g in dataclasses.fields(getattr(default, f.name))}
-        for f in dataclasses.fields(FesConfig)
-        if dataclasses.is_dataclass(getattr(default, f.name))
-    }
-    kept = {
-        sec: {k: v for k, v in (values or {}).items() if k in known[sec]}
-        for sec, values in raw.items()
-        if sec in known and isinstance(values, dict)
-    }
-    return config_from_dict(kept, source=str(Path(run_dir) / "config.yaml"))
+    return load_run_config(run_dir, drop_unknown=True)
 
 
 def emulated_hours(run_dir: Path, cfg: FesConfig) -> float:

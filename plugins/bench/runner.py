@@ -62,12 +62,12 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
     sections the method never reads, ignored).
     A key the finished run's config.yaml lacks was added to the project since: unchanged
     while this config leaves it at its default."""
-    from fedml_fes.config import resolve_paths
+    from fedml_fes.config import read_run_sections, resolve_paths
 
     # a path counts by the file it names: runs saved before config paths were stored absolute
     # (and defaults such as comm_args.mpi_host_file) are relative to the current directory
     here = Path.cwd()
-    saved = resolve_paths(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, here)
+    saved = resolve_paths(read_run_sections(run_dir), here)
     now = resolve_paths(json.loads(json.dumps(cfg.to_dict())), here)
     defaults = resolve_paths(json.loads(json.dumps(FesConfig().to_dict())), here)
     from fedml_fes.runtime.methods import inert_keys, is_inert
