@@ -12,6 +12,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_AGNEWS = REPO.parent / "shared" / "datasets" / "agnews"
 VENV_BIN = Path(sys.executable).parent
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one torch thread each
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def load_benchmark_script(name: str):
     """benchmarks/<name>.py as a module (the scripts are not a package)."""
