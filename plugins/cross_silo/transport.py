@@ -1,11 +1,15 @@
 """FedML's gRPC and MQTT_S3 communication managers, set up for FeS's cross-silo processes.
 
-Two things FedML 0.9.6 leaves open are closed here:
+Three things FedML 0.9.6 leaves open are closed here:
 - gRPC: its receive loop polls the message queue without sleeping (one busy core per
-  process; on a 4-core edge box running server + 3 silos that is most of the machine) and
-  its sends have no deadline (a peer that is alive but stuck blocks the sender forever).
-  `BlockingGrpcCommManager` keeps FedML's server, servicer, message format and ipconfig
-  handling, and replaces just those two methods.
+  process; on a 4-core edge box running server + 3 silos that is most of the machine), its
+  sends have no deadline (a peer that is alive but stuck blocks the sender forever), and
+  both sides pickle the whole message (`grpc_comm_manager.py`, `send_message`'s
+  `pickle.dumps(msg)` and `message_handling_subroutine`'s `pickle.loads(msg_pickle)`): any
+  peer that reaches the port runs code in the process. `BlockingGrpcCommManager` keeps
+  FedML's server, servicer and ipconfig handling and replaces those two methods; messages
+  are FES1 bytes (`adapters/codec.py`: JSON + raw tensor bytes, sizes checked before any
+  array exists), and anything else on the port is dropped with one log line.
 - MQTT_S3: FedML falls back to fetching the FedML cloud's broker and bucket whenever the
   customized configs are missing; `fedml_args` always passes both (checked non-empty by
   the settings), and `flush_mqtt` lets the last messages leave before disconnecting.
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import pickle
 import queue
 import threading
 import time
@@ -23,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 from fedml_fes.config import FesConfig
+from fedml_fes_plugins.adapters.codec import CodecError, decode, encode
 from fedml_fes_plugins.adapters.offline import import_fedml
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 
@@ -34,6 +38,7 @@ from fedml.core.distributed.communication.message import Message
 
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 600.0  # one message, payload included, on the slowest link we support
+MAX_MESSAGE_BYTES = 1000 * 1024 * 1024  # FedML's gRPC max_receive_message_length (grpc_comm_manager.py)
 MQTT_FLUSH_S = 15.0  # the last QoS 2 messages (FINISHED) leave well within this on any broker we support
 
 
@@ -73,10 +78,11 @@ class BlockingGrpcCommManager(GRPCCommManager):
             except queue.Empty:
                 continue
             try:
-                msg = pickle.loads(raw)
+                msg = Message()
+                msg.init_from_json_object(decode(raw, MAX_MESSAGE_BYTES))
                 msg_type = msg.get_type()
-            except Exception as e:  # garbage on the port must not end the process
-                log.warning("dropped an undecodable gRPC message: %s", e)
+            except (CodecError, KeyError) as e:  # a pickle or garbage on the port: never run, never fatal
+                log.warning("dropped a gRPC message that is not FES1: %s", e)
                 continue
             for observer in self._observers:
                 observer.receive_message(msg_type, msg)
@@ -87,7 +93,7 @@ class BlockingGrpcCommManager(GRPCCommManager):
         msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_IP, me.ingress_ip or me.grpc_server_ip)
         msg.add_params(GRPCCommManager.MSG_ARG_KEY_SENDER_PORT, me.grpc_server_port)
         peer = self.grpc_mappings[int(msg.get_receiver_id())]
-        request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=pickle.dumps(msg))
+        request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=encode(msg.get_params()))
         # A fresh channel per message, as FedML does: a cached one to a peer that died keeps
         # failing through gRPC's reconnect backoff after the peer is back.
         with grpc.insecure_channel(
