@@ -355,9 +355,10 @@ def _init(argv: list[str]) -> Any:
         if rank != 0:
             args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
     if backend == "MQTT_S3":
-        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop
+        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop, use_safe_s3_models
 
         use_flushing_mqtt_stop()
+        use_safe_s3_models()
         # FedML 0.9.6 `core/distributed/fedml_comm_manager.py:83-97` fetches the FedML cloud's
         # broker and bucket unless both customized configs are set: they always are (checked
         # non-empty above). Topics are `fedml_<run_id>_<server_id>_<client id>`; the silos'

@@ -136,3 +136,32 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
     assert not marker.exists()
     assert any("dropped a gRPC message that is not FES1" in r.getMessage() for r in caplog.records)
     assert len(got) == 1 and got[0].get_type() == 7 and torch.equal(got[0].get_params()["model_params"]["w"], torch.ones(3))
+
+
+def test_the_s3_transport_stores_fes1_and_refuses_a_planted_pickle(tmp_path, caplog):
+    """MQTT_S3's bucket (moto, in process): model params go up as FES1 bytes and come back as
+    the same tensors; a pickle planted under a key is dropped (no file appears) and so is an
+    object over the size limit, both before anything is decoded."""
+    import boto3
+    from fedml.core.distributed.communication.s3.remote_storage import S3Storage
+    from moto import mock_aws
+
+    from fedml_fes_plugins.cross_silo.transport import use_safe_s3_models
+
+    use_safe_s3_models(max_bytes=1 << 20)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="fes")
+        storage = object.__new__(S3Storage)
+        storage.aws_s3_client, storage.bucket_name = client, "fes"
+        params = OrderedDict([("w", torch.arange(4.0)), ("b", torch.zeros(2))])
+        storage.write_model("good", params)
+        assert client.get_object(Bucket="fes", Key="good")["Body"].read().startswith(MAGIC)
+        back = storage.read_model("good")
+        assert list(back) == ["w", "b"] and torch.equal(back["w"], params["w"])
+        marker = tmp_path / "pwned"
+        client.put_object(Bucket="fes", Key="planted", Body=pickle.dumps(_Evil(str(marker))))
+        assert storage.read_model("planted") is None and not marker.exists()
+        client.put_object(Bucket="fes", Key="huge", Body=MAGIC + b"\0" * (2 << 20))
+        assert storage.read_model("huge") is None
+    assert sum("dropped an S3 object that is not FES1" in r.getMessage() for r in caplog.records) == 2

@@ -88,7 +88,7 @@ def run_process(
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
     from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
-    from fedml_fes_plugins.cross_silo.transport import fedml_args
+    from fedml_fes_plugins.cross_silo.transport import fedml_args, use_safe_s3_models
 
     # locked for this process's life (a second server or silo into it is refused with one line),
     # unless the cross-silo launcher that started it holds the lock (rundir.inherited_lock_env)
@@ -102,6 +102,7 @@ def run_process(
     job = build_job(cfg, role="server" if opts.role == "server" else "client", run_dir=run_dir)
     # FedML's S3 client caches downloads under ~/.fedml: inside the run directory instead
     contain_s3_cache(run_dir / "fedml_home")
+    use_safe_s3_models()  # model params in the bucket as FES1 bytes, never pickles
     if opts.role == "server":
         from fedml_fes_plugins.cross_silo.server import SiloServer
 
