@@ -16,17 +16,33 @@ LIMIT = 1 << 30
 
 def test_a_message_round_trips_with_its_types():
     params = {
-        "msg_type": 3, "sender": 0, "receiver": 2, "note": "x", "ratio": 0.5, "none": None, "flag": True,
+        "msg_type": 3,
+        "sender": 0,
+        "receiver": 2,
+        "note": "x",
+        "ratio": 0.5,
+        "none": None,
+        "flag": True,
         "nan": float("nan"),
-        "model_params": OrderedDict([("b", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
-                                     ("a", np.ones(4, dtype=np.int64)), ("h", torch.ones(2, dtype=torch.bfloat16))]),
-        "ids": (1, 2), "by_client": {0: [1.0, 2.0], 1: []}, "scalar": np.float32(2.5), "nested": [{"k": np.zeros(0)}],
+        "model_params": OrderedDict(
+            [
+                ("b", torch.arange(6, dtype=torch.float32).reshape(2, 3)),
+                ("a", np.ones(4, dtype=np.int64)),
+                ("h", torch.ones(2, dtype=torch.bfloat16)),
+            ]
+        ),
+        "ids": (1, 2),
+        "by_client": {0: [1.0, 2.0], 1: []},
+        "scalar": np.float32(2.5),
+        "nested": [{"k": np.zeros(0)}],
     }
     back = decode(encode(params), LIMIT)
     assert type(back["model_params"]) is OrderedDict and list(back["model_params"]) == ["b", "a", "h"]
     assert torch.equal(back["model_params"]["b"], params["model_params"]["b"])
     assert isinstance(back["model_params"]["a"], np.ndarray) and back["model_params"]["a"].dtype == np.int64
-    assert back["model_params"]["h"].dtype == torch.bfloat16 and torch.equal(back["model_params"]["h"], params["model_params"]["h"])
+    assert back["model_params"]["h"].dtype == torch.bfloat16 and torch.equal(
+        back["model_params"]["h"], params["model_params"]["h"]
+    )
     assert back["ids"] == (1, 2) and back["by_client"] == {0: [1.0, 2.0], 1: []} and back["scalar"] == 2.5
     assert back["nested"][0]["k"].shape == (0,) and np.isnan(back["nan"]) and back["none"] is None
 
@@ -56,18 +72,23 @@ def test_objects_are_refused_when_sending():
 
 def _forged(tensors, body=b"", params=None):
     import json
-    header = json.dumps({"params": params if params is not None else {"t": {"__tensor__": 0}},
-                         "tensors": tensors}).encode()
+
+    header = json.dumps(
+        {"params": params if params is not None else {"t": {"__tensor__": 0}}, "tensors": tensors}
+    ).encode()
     return MAGIC + struct.pack("<Q", len(header)) + header + body
 
 
-@pytest.mark.parametrize("entry,body,match", [
-    ({"dtype": "float32", "shape": [1 << 40], "offset": 0, "nbytes": 16}, b"\0" * 16, "cannot be 16 bytes"),
-    ({"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 1 << 40}, b"\0" * 16, "lie outside"),
-    ({"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8}, b"\0" * 8, "not allowed"),
-    ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}, b"\0" * 4, "not a list of sizes"),
-    ({"dtype": "float32", "shape": [2], "offset": -4, "nbytes": 8}, b"\0" * 8, "lie outside"),
-])
+@pytest.mark.parametrize(
+    "entry,body,match",
+    [
+        ({"dtype": "float32", "shape": [1 << 40], "offset": 0, "nbytes": 16}, b"\0" * 16, "cannot be 16 bytes"),
+        ({"dtype": "float32", "shape": [4], "offset": 0, "nbytes": 1 << 40}, b"\0" * 16, "lie outside"),
+        ({"dtype": "object", "shape": [1], "offset": 0, "nbytes": 8}, b"\0" * 8, "not allowed"),
+        ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 4}, b"\0" * 4, "not a list of sizes"),
+        ({"dtype": "float32", "shape": [2], "offset": -4, "nbytes": 8}, b"\0" * 8, "lie outside"),
+    ],
+)
 def test_sizes_and_dtypes_are_checked_before_an_array_exists(entry, body, match):
     with pytest.raises(CodecError, match=match):
         decode(_forged([entry], body), LIMIT)
@@ -87,6 +108,7 @@ def test_oversized_or_truncated_messages_are_refused():
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -106,8 +128,9 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
 
     ports = [_free_port(), _free_port()]
     ipconfig = tmp_path / "ipconfig.csv"
-    ipconfig.write_text("eid,rank,grpc_server_ip,grpc_server_port\n" +
-                        "".join(f"{r},{r},127.0.0.1,{p}\n" for r, p in enumerate(ports)))
+    ipconfig.write_text(
+        "eid,rank,grpc_server_ip,grpc_server_port\n" + "".join(f"{r},{r},127.0.0.1,{p}\n" for r, p in enumerate(ports))
+    )
     server = BlockingGrpcCommManager(str(ipconfig), client_rank=0, client_num=1)
     silo = BlockingGrpcCommManager(str(ipconfig), client_rank=1, client_num=1)
     got = []
@@ -124,7 +147,8 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
         marker = tmp_path / "pwned"
         with grpc.insecure_channel(f"127.0.0.1:{ports[0]}") as channel:
             grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(
-                grpc_comm_manager_pb2.CommRequest(client_id=1, message=pickle.dumps(_Evil(str(marker)))), timeout=10)
+                grpc_comm_manager_pb2.CommRequest(client_id=1, message=pickle.dumps(_Evil(str(marker)))), timeout=10
+            )
         msg = Message(7, 1, 0)
         msg.add_params("model_params", OrderedDict([("w", torch.ones(3))]))
         silo.send_message(msg, timeout_s=10)
@@ -135,7 +159,11 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
             m.grpc_server.stop(0)
     assert not marker.exists()
     assert any("dropped a gRPC message that is not FES1" in r.getMessage() for r in caplog.records)
-    assert len(got) == 1 and got[0].get_type() == 7 and torch.equal(got[0].get_params()["model_params"]["w"], torch.ones(3))
+    assert (
+        len(got) == 1
+        and got[0].get_type() == 7
+        and torch.equal(got[0].get_params()["model_params"]["w"], torch.ones(3))
+    )
 
 
 def test_the_s3_transport_stores_fes1_and_refuses_a_planted_pickle(tmp_path, caplog):
