@@ -275,3 +275,51 @@ def test_adapters_go_into_a_decoders_layers(tmp_path, tiny_llama_dir, method):
     sent = trainable_state(model)
     assert sent and all(".lora_" in n or n == "class_bias" for n in sent)
     assert {n.split(".layers.")[1].split(".")[0] for n in sent if ".layers." in n} == {"1", "2"}  # above depth 1
+
+
+def _tiny(kind: str, vocab: int, pad: int):
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "qwen2":  # Qwen2: biases on q/k/v only
+        return Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=vocab,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                pad_token_id=pad,
+                tie_word_embeddings=True,
+            )
+        )
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_embd=32, n_layer=3, n_head=4, n_positions=128, pad_token_id=pad)
+    )
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gpt2"])
+def test_other_causal_families_give_the_same_next_token_logits(tok, kind):
+    lm = _tiny(kind, len(tok), tok.pad_token_id).eval()
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    ids = _ids(tok, ["world", "sports"])
+    model = PromptCausalLM(lm, ids)
+    with torch.no_grad():
+        got = model(**batch)
+        for i, n in enumerate(batch["attention_mask"].sum(1).tolist()):
+            assert torch.allclose(got[i], lm(input_ids=batch["input_ids"][i : i + 1, :n]).logits[0, -1][ids], atol=1e-5)
+    plan = plan_for(num_layers(model), 0, -1)
+    add_zero_biases(model, "plan", plan)
+    apply_tuning(model, "plan", plan)
+    sent = trainable_state(model)
+    # the top layer's biases; GPT-2's final LayerNorm sits above it and trains its bias too, as an
+    # MLM head's transform does
+    assert sent and all(
+        n in ("class_bias", "lm.transformer.ln_f.bias") or (n.endswith(".bias") and ".2." in n) for n in sent
+    )
+    if kind == "qwen2":  # decoders with embed_tokens / layers / norm take the cached split too
+        _split_matches(model, batch, plan.frozen_bottom)
+    else:
+        with pytest.raises(FesError, match="frozen-bottom split supports"):
+            FrozenBottom(model.backbone.base_model, plan.frozen_bottom)
