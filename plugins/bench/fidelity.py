@@ -77,7 +77,12 @@ DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devi
 ACC_SLACK = 0.01  # (a): FeS >= FedFSL - 0.01
 TRAFFIC_RATIO = 1000.0  # (d): FeS uploads <= FedFSL's / 1000
 # keys that name where things go, not what a run computes: a finished run stays valid when they move
-PATH_KEYS = ("common_args.output_dir", "common_args.cache_dir")
+PATH_KEYS = (
+    "common_args.output_dir",
+    "common_args.cache_dir",
+    "comm_args.mpi_host_file",
+    "comm_args.grpc_ipconfig_path",
+)
 
 
 @dataclass(frozen=True)
