@@ -4,8 +4,8 @@ Three things FedML 0.9.6 leaves open are closed here:
 - gRPC: its receive loop polls the message queue without sleeping (one busy core per
   process; on a 4-core edge box running server + 3 silos that is most of the machine), its
   sends have no deadline (a peer that is alive but stuck blocks the sender forever), and
-  both sides pickle the whole message (`grpc_comm_manager.py`, `send_message`'s
-  `pickle.dumps(msg)` and `message_handling_subroutine`'s `pickle.loads(msg_pickle)`): any
+  both sides pickle the whole message (`grpc_comm_manager.py`,
+  its pickle dump and load of the message, lines 115 and 167): any
   peer that reaches the port runs code in the process. `BlockingGrpcCommManager` keeps
   FedML's server, servicer and ipconfig handling and replaces those two methods; messages
   are FES1 bytes (`adapters/codec.py`: JSON + raw tensor bytes, sizes checked before any
