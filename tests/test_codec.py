@@ -118,7 +118,9 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
     """Real gRPC on loopback, FedML's server and servicer with our receive loop: a pickle sent to
     the port by a peer is dropped with one log line (no file appears); the next real message
     from a silo arrives whole."""
+    import queue
     import threading
+    import time
 
     import grpc
     from fedml.core.distributed.communication.grpc import grpc_comm_manager_pb2, grpc_comm_manager_pb2_grpc
@@ -140,6 +142,15 @@ def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_pat
             got.append(msg)
             server.stop_receive_message()
 
+    class SlowReplyQueue(queue.Queue):
+        """The servicer's reply leaves only after the loop has taken the message and stopped the
+        server: the race FedML's graceless stop lost (the silo's send was cancelled)."""
+
+        def put(self, item, block=True, timeout=None):
+            super().put(item, block, timeout)
+            time.sleep(0.3)
+
+    server.grpc_servicer.message_q = SlowReplyQueue()
     server.add_observer(Observer())
     loop = threading.Thread(target=server.message_handling_subroutine, daemon=True)
     loop.start()

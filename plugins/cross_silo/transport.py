@@ -39,6 +39,7 @@ from fedml.core.distributed.communication.message import Message
 log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 600.0  # one message, payload included, on the slowest link we support
 MAX_MESSAGE_BYTES = 1000 * 1024 * 1024  # FedML's gRPC max_receive_message_length (grpc_comm_manager.py)
+STOP_GRACE_S = 2.0  # a reply already on its way back needs milliseconds on loopback or a LAN
 MQTT_FLUSH_S = 15.0  # the last QoS 2 messages (FINISHED) leave well within this on any broker we support
 
 
@@ -86,6 +87,14 @@ class BlockingGrpcCommManager(GRPCCommManager):
                 continue
             for observer in self._observers:
                 observer.receive_message(msg_type, msg)
+
+    def stop_receive_message(self) -> None:
+        """FedML stops its server with no grace (`grpc_comm_manager.py:196`, `stop(None)`),
+        which cancels calls still in flight: a silo whose message the loop had already taken
+        off the queue saw its send fail with "Cancelling all calls" (seen in CI). New calls are
+        refused at once; the ones in flight get a moment to return."""
+        self.grpc_server.stop(STOP_GRACE_S)
+        self.is_running = False
 
     def send_message(self, msg: Message, timeout_s: float = SEND_TIMEOUT_S) -> None:
         me = self.grpc_mappings[self.client_id]
