@@ -365,6 +365,11 @@ class CommConfig:
     round_timeout_s: float = 300.0  # a phase waits this long, then aggregates what arrived
     join_timeout_s: float = 120.0  # every client process must join within this
     connect_timeout_s: float = 5.0  # broker / endpoint reachability checks
+    # TLS for cross-silo gRPC and MQTT, all three or none (docs/DEPLOY.md); `{rank}` in a path is
+    # the process's rank, so one config serves every process. Empty: plaintext, trusted networks only.
+    tls_ca: str = ""  # the CA every process trusts
+    tls_cert: str = ""  # this process's certificate, e.g. certs/rank-{rank}.crt
+    tls_key: str = ""  # its private key
 
 
 @dataclass
@@ -609,7 +614,7 @@ def parse_overrides(items: "list[str]") -> dict[str, Any]:
 INPUT_PATH_KEYS: dict[str, tuple[str, ...]] = {
     "data_args": ("data_dir", "train_file", "test_file", "classes_file", "fednlp_data_file", "fednlp_partition_file"),
     "model_args": ("mlm_from",),
-    "comm_args": ("mpi_host_file", "grpc_ipconfig_path"),
+    "comm_args": ("mpi_host_file", "grpc_ipconfig_path", "tls_ca", "tls_cert", "tls_key"),
     "cost_args": ("device_dir",),
 }
 # Keys that hold a name or a local path: resolved only when the value looks like a path

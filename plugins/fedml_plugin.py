@@ -125,7 +125,15 @@ class MqttServerWatch(ServerWatch):
 
     TOPIC = "flserver/last_will_msg"  # CommunicationConstants.SERVER_TOP_LAST_WILL_MSG
 
-    def __init__(self, mqtt_config: dict, server_id: int, rank: int, grace_s: float = 30.0, every_s: float = 1.0):
+    def __init__(
+        self,
+        mqtt_config: dict,
+        server_id: int,
+        rank: int,
+        grace_s: float = 30.0,
+        every_s: float = 1.0,
+        tls: Any = None,
+    ):
         import uuid
 
         import paho.mqtt.client as mqtt
@@ -136,6 +144,8 @@ class MqttServerWatch(ServerWatch):
         self.client = mqtt.Client(client_id=f"fes-server-watch-{rank}-{uuid.uuid4().hex[:8]}", clean_session=True)
         if mqtt_config.get("MQTT_USER"):
             self.client.username_pw_set(str(mqtt_config["MQTT_USER"]), str(mqtt_config.get("MQTT_PWD") or ""))
+        if tls is not None:  # the silo's own certificate (cross_silo/tls.py)
+            self.client.tls_set(ca_certs=tls.ca, certfile=tls.cert, keyfile=tls.key)
         self.client.on_connect = lambda client, _u, _f, _rc: client.subscribe(self.TOPIC, qos=1)
         self.client.on_message = self._on_will
         self.client.connect_async(host, port, int(mqtt_config.get("MQTT_KEEPALIVE") or 60))
@@ -355,10 +365,13 @@ def _init(argv: list[str]) -> Any:
         if rank != 0:
             args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
     if backend == "MQTT_S3":
-        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop, use_safe_s3_models
+        from fedml_fes_plugins.cross_silo.tls import tls_for
+        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop, use_safe_s3_models, use_tls_mqtt
 
         use_flushing_mqtt_stop()
         use_safe_s3_models()
+        tls = tls_for(cfg.comm, rank)
+        use_tls_mqtt(tls)
         # FedML 0.9.6 `core/distributed/fedml_comm_manager.py:83-97` fetches the FedML cloud's
         # broker and bucket unless both customized configs are set: they always are (checked
         # non-empty above). Topics are `fedml_<run_id>_<server_id>_<client id>`; the silos'
@@ -369,7 +382,7 @@ def _init(argv: list[str]) -> Any:
         args.customized_training_s3_config = dict(s3)
         if rank != 0:
             args.client_id = rank
-            args.fes_server_watch = MqttServerWatch(mqtt, args.server_id, rank)
+            args.fes_server_watch = MqttServerWatch(mqtt, args.server_id, rank, tls=tls)
     return offline_fedml_init(args, run_dir)
 
 

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedml_fes.errors import FesError
 
@@ -162,6 +163,8 @@ def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     assert any(line.startswith("round   2: test_acc=") for line in lines)
     assert [r["clients"] for r in _rows(tmp_path / "silo")] == [r["clients"] for r in _rows(tmp_path / "local")]
     assert list(clean_home.iterdir()) == []
+    comm = yaml.safe_load((tmp_path / "silo" / "cross_silo.yaml").read_text())["comm_args"]
+    assert comm["tls_cert"].endswith("rank-{rank}.crt")  # --local-services runs over mutual TLS
     print(
         f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
         f"cross-silo gRPC {_round_wall(tmp_path / 'silo'):.3f}s"
@@ -200,6 +203,9 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
     pids = json.loads((run_dir / "processes.json").read_text())
     assert set(pids) == {"server", "silo1", "silo2", "silo3", "mosquitto", "moto"}
     assert _wait_dead(pids.values(), 5) == []
+    broker_log = (run_dir / "services" / "mosquitto" / "mosquitto.log").read_text()
+    assert all(f"u'rank-{r}'" in broker_log for r in range(4))  # TLS: each process is its certificate
+    assert "Denied" not in broker_log  # the ACL lets every process do its job
     print(
         f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
         f"cross-silo MQTT_S3 {_round_wall(run_dir):.3f}s (round {r} waited for the timeout)"

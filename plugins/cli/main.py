@@ -164,6 +164,24 @@ def build_parser() -> argparse.ArgumentParser:
     device.add_argument("--timeout", type=float, default=None, help="end the run after this many seconds")
     _add_common(device)
 
+    certs = sub.add_parser(
+        "certs",
+        help="make a CA and a certificate per process for a cross-silo run over TLS",
+        description="Write ca.crt/.key, rank-0 (server) to rank-K (silos) and broker certificates "
+        "and keys into --out; with --run-id also mosquitto.acl (each silo publishes on its own topics "
+        "only). Point comm_args.tls_ca / tls_cert / tls_key at them (docs/DEPLOY.md).",
+    )
+    certs.add_argument("--out", required=True, help="folder to write into (keys are readable by you only)")
+    certs.add_argument("--silos", required=True, type=int, help="number of silos K (ranks 1..K)")
+    certs.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="a name or address the server, the silos or the broker are reached at (repeat; "
+        "localhost and 127.0.0.1 are always in)",
+    )
+    certs.add_argument("--run-id", default=None, help="comm_args.run_id: also write the MQTT broker's ACL for it")
+
     plan = sub.add_parser(
         "plan",
         help="choose the co-planning depth by binary search with short proxy runs",
@@ -220,6 +238,26 @@ def _cross_silo(opts: argparse.Namespace) -> int:
     return 0
 
 
+def _certs(opts: argparse.Namespace) -> int:
+    from fedml_fes_plugins.cross_silo.certs import make_run_certs
+    from fedml_fes_plugins.cross_silo.services import mqtt_acl
+
+    if opts.silos < 1:
+        raise FesError(f"--silos must be >= 1, got {opts.silos}")
+    out = Path(opts.out)
+    if out.exists() and any(out.glob("*.key")):
+        raise FesError(f"{out} already holds keys: choose an empty folder (a new CA would not match them)")
+    make_run_certs(out, opts.silos, opts.host)
+    print(f"CA, server (rank-0), silos (rank-1..rank-{opts.silos}) and broker certificates in {out}")
+    if opts.run_id:
+        (out / "mosquitto.acl").write_text(mqtt_acl(opts.run_id, 0, {r: r for r in range(1, opts.silos + 1)}))
+        print(f"mosquitto ACL for run id {opts.run_id}: {out / 'mosquitto.acl'}")
+    print(
+        f"comm_args: tls_ca: {out / 'ca.crt'}, tls_cert: {out / 'rank-{rank}.crt'}, tls_key: {out / 'rank-{rank}.key'}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """`argv` None: the process's own command line (the `fedml-fes` program)."""
     opts = build_parser().parse_args(argv)
@@ -269,6 +307,8 @@ def _main(opts: argparse.Namespace) -> int:
             _print_summary(summary)
             print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))
             return 0
+        if opts.command == "certs":
+            return _certs(opts)
         if opts.command == "demo":
             from fedml_fes_plugins.cli.demo import run_demo
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
 MQTT_REFUSALS = {
     1: "unacceptable protocol version",
@@ -50,8 +51,10 @@ def _reach(host: str, port: int, timeout_s: float, what: str, setting: str) -> N
         raise FesError(f"cannot reach the {what} at {host}:{port} ({reason}); is it running? ({setting})") from None
 
 
-def check_mqtt(mqtt: dict[str, Any], timeout_s: float) -> None:
-    """Reach the broker and log in with the configured credentials."""
+def check_mqtt(mqtt: dict[str, Any], timeout_s: float, tls: TlsFiles | None = None) -> None:
+    """Reach the broker and log in with the configured credentials (and certificate)."""
+    import ssl
+
     import paho.mqtt.client as paho
 
     host, port = mqtt["BROKER_HOST"], int(mqtt["BROKER_PORT"])
@@ -62,12 +65,19 @@ def check_mqtt(mqtt: dict[str, Any], timeout_s: float) -> None:
         client.username_pw_set(mqtt["MQTT_USER"], mqtt.get("MQTT_PWD"))
     result: dict[str, int] = {}
     client.on_connect = lambda _c, _u, _f, rc: result.setdefault("rc", rc)
+    if tls is not None:
+        client.tls_set(ca_certs=tls.ca, certfile=tls.cert, keyfile=tls.key)
     try:
         client.connect(host, port, keepalive=max(int(timeout_s), 5))
         deadline = time.monotonic() + timeout_s
         while "rc" not in result and time.monotonic() < deadline:
             if client.loop(timeout=0.1) not in (0,) and "rc" not in result:
                 break
+    except ssl.SSLError as e:
+        raise FesError(
+            f"the TLS handshake with the MQTT broker at {host}:{port} failed ({e.reason or e}): is it a TLS "
+            f"port, and is its certificate signed by comm_args.tls_ca for the name {host}?"
+        ) from None
     except OSError as e:
         raise FesError(f"cannot reach the MQTT broker at {host}:{port} ({e}); is it running? ({setting})") from None
     finally:
@@ -79,7 +89,7 @@ def check_mqtt(mqtt: dict[str, Any], timeout_s: float) -> None:
     if rc is None:
         raise FesError(
             f"the MQTT broker at {host}:{port} did not accept a connection within {timeout_s:g}s "
-            f"(wrong port, or not an MQTT broker?) ({setting})"
+            f"(wrong port, not an MQTT broker, or a TLS port while comm_args.tls_* is unset?) ({setting})"
         )
     if rc != 0:
         user = mqtt.get("MQTT_USER")
@@ -132,9 +142,10 @@ def check_s3(s3: dict[str, Any], timeout_s: float) -> None:
 
 def preflight(settings: CrossSiloSettings, rank: int) -> None:
     """Everything process `rank` can check about its transport before starting."""
+    tls = settings.tls(rank)  # the files are readable, or one line naming the key
     if settings.backend == "GRPC":
         peer = settings.grpc_peers[rank]
         check_port(peer.ip, peer.port, f"rank {rank} in {settings.grpc_ipconfig_path}")
         return
-    check_mqtt(settings.mqtt, settings.connect_timeout_s)
+    check_mqtt(settings.mqtt, settings.connect_timeout_s, tls)
     check_s3(settings.s3, settings.connect_timeout_s)

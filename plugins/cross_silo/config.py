@@ -20,10 +20,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from fedml_fes.config import FesConfig, load_config
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.cross_silo.tls import KEYS as TLS_KEYS
+from fedml_fes_plugins.cross_silo.tls import TlsFiles, tls_for
 
 TRANSPORTS = ("GRPC", "MQTT_S3")
 
@@ -70,6 +73,11 @@ class CrossSiloSettings:
     # under FedML MLOps the edge ids the platform assigns (a silo knows only its own).
     silo_ids: dict[int, int] = field(default_factory=dict)
     server_id: int = 0  # the server's id in MQTT topics (FedML MLOps: its edge id)
+    tls_paths: dict[str, str] = field(default_factory=dict)  # comm_args.tls_*, `{rank}` unfilled
+
+    def tls(self, rank: int) -> TlsFiles | None:
+        """Process `rank`'s CA, certificate and key, checked readable; None without TLS."""
+        return tls_for(SimpleNamespace(**self.tls_paths), rank)
 
     @property
     def ranks(self) -> list[int]:
@@ -188,6 +196,9 @@ def settings_from(cfg: FesConfig, silo_ids: Mapping[int, int] | None = None, ser
     if any(r not in s.ranks for r in s.silo_ids) or len(set(ids)) != len(ids) or 0 in ids:
         raise FesError(f"client ids {s.silo_ids} must be distinct, non-zero, for ranks 1-{s.silo_num}")
     s.server_id = int(server_id)
+    s.tls_paths = {k: str(getattr(cfg.comm, k) or "") for k in TLS_KEYS}
+    if 0 < sum(bool(v) for v in s.tls_paths.values()) < len(TLS_KEYS):
+        s.tls(0)  # the one-line error naming what is missing
     return s
 
 

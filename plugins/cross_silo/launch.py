@@ -25,10 +25,13 @@ from typing import Any, Callable
 import yaml
 
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.cross_silo.certs import make_run_certs
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
-from fedml_fes_plugins.cross_silo.services import Service, child_env, free_port, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import Service, child_env, free_port, mqtt_acl, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.tls import KEYS as TLS_KEYS
+from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
 SILO_GRACE_S = 15.0
 
@@ -77,8 +80,15 @@ def _prepare(
         comm = raw.setdefault("comm_args", {})
         comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
         backend = str(cfg.comm.backend).upper()
+        if local_services and not any(comm.get(k) for k in TLS_KEYS):  # secure by default
+            _local_tls(comm, path / "services" / "certs", _silo_num(comm, config_path, overrides, backend))
         if local_services and backend == "MQTT_S3":
-            services.append(start_mosquitto(path / "services" / "mosquitto"))
+            broker_files = TlsFiles(
+                comm["tls_ca"], *(str(Path(comm["tls_ca"]).parent / f"broker.{x}") for x in ("crt", "key"))
+            )
+            silos = {r: r for r in range(1, int(comm.get("silo_num") or 0) + 1)}
+            acl = mqtt_acl(comm["run_id"], 0, silos)
+            services.append(start_mosquitto(path / "services" / "mosquitto", tls=broker_files, acl=acl))
             services.append(start_s3(path / "services" / "s3"))
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
@@ -87,10 +97,7 @@ def _prepare(
                 Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve()
             )
         elif local_services and backend == "GRPC":
-            silo_num = int(comm.get("silo_num") or 0)
-            if silo_num < 1:  # take the count from the configured ipconfig
-                _, s = load_cross_silo(config_path, overrides)
-                silo_num = s.silo_num
+            silo_num = _silo_num(comm, config_path, overrides, backend)
             _local_grpc_ipconfig(path / "grpc_ipconfig.csv", silo_num)
             comm["grpc_ipconfig_path"] = str(path / "grpc_ipconfig.csv")
             comm["silo_num"] = silo_num
@@ -101,6 +108,24 @@ def _prepare(
         release_run_dir(path)
         raise
     return path, effective, cfg, settings
+
+
+def _silo_num(comm: dict[str, Any], config_path: str, overrides: dict[str, Any], backend: str) -> int:
+    """comm_args.silo_num, or with gRPC and 0 there, the count of the configured ipconfig."""
+    silo_num = int(comm.get("silo_num") or 0)
+    if silo_num < 1 and backend == "GRPC":
+        _, s = load_cross_silo(config_path, overrides)
+        silo_num = s.silo_num
+    return silo_num
+
+
+def _local_tls(comm: dict[str, Any], folder: Path, silo_num: int) -> None:
+    """A throw-away CA and certificates for the server, each silo and the broker; the run
+    config points every process at its own (`{rank}`)."""
+    make_run_certs(folder, max(silo_num, 1))
+    comm["tls_ca"] = str(folder / "ca.crt")
+    comm["tls_cert"] = str(folder / "rank-{rank}.crt")
+    comm["tls_key"] = str(folder / "rank-{rank}.key")
 
 
 class AlreadyCompleted(Exception):

@@ -88,7 +88,7 @@ def run_process(
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
     from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
-    from fedml_fes_plugins.cross_silo.transport import fedml_args, use_safe_s3_models
+    from fedml_fes_plugins.cross_silo.transport import fedml_args, use_safe_s3_models, use_tls_mqtt
 
     # locked for this process's life (a second server or silo into it is refused with one line),
     # unless the cross-silo launcher that started it holds the lock (rundir.inherited_lock_env)
@@ -103,6 +103,8 @@ def run_process(
     # FedML's S3 client caches downloads under ~/.fedml: inside the run directory instead
     contain_s3_cache(run_dir / "fedml_home")
     use_safe_s3_models()  # model params in the bucket as FES1 bytes, never pickles
+    if settings.backend == "MQTT_S3":
+        use_tls_mqtt(settings.tls(opts.rank))  # FedML's paho client, with this process's certificate
     if opts.role == "server":
         from fedml_fes_plugins.cross_silo.server import SiloServer
 

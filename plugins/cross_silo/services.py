@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.cross_silo.certs import rank_name
+from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
 MOSQUITTO_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto")
 
@@ -160,10 +162,40 @@ def _password_file(path: Path, users: dict[str, str], mosquitto: str) -> None:
             raise FesError(f"mosquitto_passwd failed: {out.stderr.strip() or out.stdout.strip()}")
 
 
+def mqtt_acl(run_id: str, server_id: int, silo_ids: dict[int, int]) -> str:
+    """A mosquitto ACL for one run under TLS, users being certificate names (`rank-N`): each
+    process publishes only on the topics FedML sends its own messages on
+    (`mqtt_s3_multi_clients_comm_manager.py:248-321`: the server on
+    `fedml_<run>_<server>_<silo>`, silo s on `fedml_<run>_<s>`) and reads only those meant for
+    it; the status topics (`flserver/`, `flclient/`: last wills) go one way each."""
+    prefix = f"fedml_{run_id}_"
+    lines = [f"user {rank_name(0)}"]
+    for wire in silo_ids.values():
+        lines += [f"topic write {prefix}{server_id}_{wire}", f"topic read {prefix}{wire}"]
+    lines += ["topic readwrite flserver/#", "topic read flclient/#", ""]
+    for rank, wire in sorted(silo_ids.items()):
+        lines += [
+            f"user {rank_name(rank)}",
+            f"topic write {prefix}{wire}",
+            f"topic read {prefix}{server_id}_{wire}",
+            "topic write flclient/#",
+            "topic read flserver/#",
+            "",
+        ]
+    return "\n".join(lines)
+
+
 def start_mosquitto(
-    workdir: Path, port: int | None = None, users: dict[str, str] | None = None, timeout_s: float = 10.0
+    workdir: Path,
+    port: int | None = None,
+    users: dict[str, str] | None = None,
+    timeout_s: float = 10.0,
+    tls: TlsFiles | None = None,
+    acl: str | None = None,
 ) -> Service:
-    """mosquitto on 127.0.0.1 only; anonymous unless `users` (name -> password) is given."""
+    """mosquitto on 127.0.0.1 only; anonymous unless `users` (name -> password) is given.
+    With `tls` (the broker's CA, certificate and key) it takes TLS connections only, from
+    clients with a certificate signed by that CA, whose name is the user `acl` names."""
     exe = find_mosquitto()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -171,9 +203,22 @@ def start_mosquitto(
     lines = [
         f"listener {port} 127.0.0.1",
         "persistence false",
-        "log_dest stdout",
-        f"allow_anonymous {'false' if users else 'true'}",
+        f"log_dest file {workdir / 'mosquitto.log'}",  # flushed per line (its stdout is not, into a file)
+        f"allow_anonymous {'false' if users or tls else 'true'}",
     ]
+    if tls is not None:
+        lines += [
+            f"cafile {tls.ca}",
+            f"certfile {tls.cert}",
+            f"keyfile {tls.key}",
+            "require_certificate true",
+            "use_identity_as_username true",
+        ]
+    if acl is not None:
+        (workdir / "mosquitto.acl").write_text(acl)
+        lines.append(f"acl_file {workdir / 'mosquitto.acl'}")
+        # refusals ("Denied PUBLISH from rank-2 ...") are debug lines in mosquitto 2.0
+        lines += [f"log_type {t}" for t in ("error", "warning", "notice", "information", "debug")]
     if users:
         _password_file(workdir / "mosquitto.passwd", users, exe)
         lines.append(f"password_file {workdir / 'mosquitto.passwd'}")
@@ -181,8 +226,8 @@ def start_mosquitto(
         lines.append("user root")  # else it drops to 'mosquitto', who cannot read a private workdir
     conf = workdir / "mosquitto.conf"
     conf.write_text("\n".join(lines) + "\n")
-    log = workdir / "mosquitto.log"
-    with log.open("w") as out:
+    log, early = workdir / "mosquitto.log", workdir / "mosquitto.out"  # early: errors before the log opens
+    with early.open("w") as out:
         proc = subprocess.Popen(
             [exe, "-c", str(conf)],
             stdout=out,
@@ -190,7 +235,7 @@ def start_mosquitto(
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,
         )
-    wait_for_port("127.0.0.1", port, proc, "mosquitto", log, timeout_s)
+    wait_for_port("127.0.0.1", port, proc, "mosquitto", early, timeout_s)
     return Service(
         "mosquitto",
         proc,

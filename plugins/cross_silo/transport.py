@@ -22,18 +22,23 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 from fedml_fes.config import FesConfig
 from fedml_fes_plugins.adapters.codec import CodecError, decode, encode
 from fedml_fes_plugins.adapters.offline import import_fedml
+from fedml_fes_plugins.cross_silo.certs import rank_name
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
+from fedml_fes_plugins.cross_silo.tls import TlsFiles, tls_for
 
 import_fedml()  # quiet import: FedML warns about pkg_resources/urllib3 at import time
 import grpc
+from fedml.core.distributed.communication.constants import CommunicationConstants
 from fedml.core.distributed.communication.grpc import grpc_comm_manager_pb2, grpc_comm_manager_pb2_grpc
-from fedml.core.distributed.communication.grpc.grpc_comm_manager import GRPCCommManager
+from fedml.core.distributed.communication.grpc.grpc_comm_manager import GRPCCommManager, GRPCMapping
+from fedml.core.distributed.communication.grpc.grpc_server import GRPCCOMMServicer
 from fedml.core.distributed.communication.message import Message
 
 log = logging.getLogger(__name__)
@@ -67,26 +72,91 @@ def fedml_args(cfg: FesConfig, settings: CrossSiloSettings, rank: int) -> Simple
     return args
 
 
+class IdentifyingServicer(GRPCCOMMServicer):
+    """FedML's servicer, queueing with each message who sent it: the peer's address and,
+    under TLS, the name on its verified certificate ("" without TLS)."""
+
+    def sendMessage(self, request, context):  # noqa: N802 (FedML's gRPC method name)
+        names = context.auth_context().get("x509_common_name") or [b""]
+        self.message_q.put((names[0].decode(errors="replace"), context.peer(), request.message))
+        return grpc_comm_manager_pb2.CommResponse()
+
+
 class BlockingGrpcCommManager(GRPCCommManager):
-    """FedML's gRPC manager with a blocking receive loop and bounded sends."""
+    """FedML's gRPC manager with a blocking receive loop, bounded sends, FES1 messages and,
+    with `comm_args.tls_*` set, mutual TLS (`tls.py`)."""
 
     wait_for_ready = False  # a send to a peer that is not listening fails at once
+
+    def __init__(self, grpc_ipconfig_path, topic="fedml", client_rank=0, client_num=0, args=None):
+        """FedML's constructor (`grpc_comm_manager.py:35-104`) with two changes: the servicer
+        records who sent each message, and the port is a TLS one when `args` names the files
+        (FedML's is always `add_insecure_port`, line 95)."""
+        self._topic = topic
+        self._observers = []
+        self.grpc_ipconfig_path = grpc_ipconfig_path
+        self.grpc_mappings = {}
+        self.client_rank = self.client_id = client_rank
+        self.client_num = client_num
+        self.args = args
+        self.tls = tls_for(args, client_rank) if args is not None else None
+        self._init_grpc_mappings()
+        self.node_type = "server" if client_rank == 0 else "client"
+        self.opts = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.enable_http_proxy", 0),
+        ]
+        if self.client_id not in self.grpc_mappings:  # as FedML: a rank without a row listens on 8890+rank
+            self.grpc_mappings[self.client_id] = GRPCMapping(
+                self.client_id, self.client_id, "0.0.0.0", CommunicationConstants.GRPC_BASE_PORT + client_rank, None
+            )
+        me = self.grpc_mappings[self.client_id]
+        self.grpc_server = grpc.server(ThreadPoolExecutor(max_workers=max(client_num, 1)), options=self.opts)
+        self.grpc_servicer = IdentifyingServicer(me.grpc_server_ip, me.grpc_server_port, client_num, client_rank)
+        grpc_comm_manager_pb2_grpc.add_gRPCCommManagerServicer_to_server(self.grpc_servicer, self.grpc_server)
+        address = f"{me.grpc_server_ip}:{me.grpc_server_port}"
+        if self.tls is None:
+            self.grpc_server.add_insecure_port(address)
+        else:
+            self.grpc_server.add_secure_port(address, self.tls.grpc_server_credentials())
+            self._channel_credentials = self.tls.grpc_channel_credentials()
+        self.grpc_server.start()
+        self.is_running = True
+        log.info("gRPC server of rank %s on %s (%s)", client_rank, address, "mutual TLS" if self.tls else "plaintext")
 
     def message_handling_subroutine(self) -> None:
         while self.is_running:
             try:
-                raw = self.grpc_servicer.message_q.get(timeout=0.2)
+                item = self.grpc_servicer.message_q.get(timeout=0.2)
             except queue.Empty:
                 continue
-            try:
-                msg = Message()
-                msg.init_from_json_object(decode(raw, MAX_MESSAGE_BYTES))
-                msg_type = msg.get_type()
-            except (CodecError, KeyError) as e:  # a pickle or garbage on the port: never run, never fatal
-                log.warning("dropped a gRPC message that is not FES1: %s", e)
+            msg = self._accept(*item)
+            if msg is None:
                 continue
             for observer in self._observers:
-                observer.receive_message(msg_type, msg)
+                observer.receive_message(msg.get_type(), msg)
+
+    def _accept(self, identity: str, peer: str, raw: bytes) -> Message | None:
+        """The message, or None (one log line naming the peer) when it is not FES1 or, under
+        TLS, its sender rank is not the rank on the peer's certificate."""
+        try:
+            msg = Message()
+            msg.init_from_json_object(decode(raw, MAX_MESSAGE_BYTES))
+            msg.get_type()
+            sender = int(msg.get_sender_id())
+        except (CodecError, KeyError, TypeError, ValueError) as e:  # a pickle or garbage: never run, never fatal
+            log.warning("dropped a gRPC message from %s that is not FES1: %s", peer, e)
+            return None
+        if self.tls is not None and identity != rank_name(sender):
+            log.warning(
+                "refused a gRPC message from %s: it says rank %s, its certificate is %s",
+                peer,
+                sender,
+                identity or "none",
+            )
+            return None
+        return msg
 
     def stop_receive_message(self) -> None:
         """FedML stops its server with no grace (`grpc_comm_manager.py:196`, `stop(None)`),
@@ -105,9 +175,13 @@ class BlockingGrpcCommManager(GRPCCommManager):
         request = grpc_comm_manager_pb2.CommRequest(client_id=self.client_id, message=encode(msg.get_params()))
         # A fresh channel per message, as FedML does: a cached one to a peer that died keeps
         # failing through gRPC's reconnect backoff after the peer is back.
-        with grpc.insecure_channel(
-            f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}", options=self.opts
-        ) as channel:
+        address = f"{peer.ingress_ip or peer.grpc_server_ip}:{peer.grpc_server_port}"
+        if self.tls is None:
+            channel = grpc.insecure_channel(address, options=self.opts)
+        else:  # only a server whose certificate names the receiver's rank is accepted
+            override = [("grpc.ssl_target_name_override", rank_name(peer.rank))]
+            channel = grpc.secure_channel(address, self._channel_credentials, options=self.opts + override)
+        with channel:
             grpc_comm_manager_pb2_grpc.gRPCCommManagerStub(channel).sendMessage(
                 request, timeout=timeout_s, wait_for_ready=self.wait_for_ready
             )
@@ -259,3 +333,23 @@ def use_safe_s3_models(max_bytes: int = MAX_MESSAGE_BYTES) -> None:
     read_model.fes_safe = True
     S3Storage.write_model = write_model
     S3Storage.read_model = read_model
+
+
+def use_tls_mqtt(tls: TlsFiles | None) -> None:
+    """FedML 0.9.6 makes its paho client without TLS (`mqtt/mqtt_manager.py:53`, in
+    `init_connect`, which `reconnect` calls again): after it, the client is given this
+    process's CA, certificate and key, so the broker sees who connects (the certificate's
+    name is the MQTT user its ACL knows). None: FedML's plaintext client, as it is."""
+    from fedml.core.distributed.communication.mqtt.mqtt_manager import MqttManager
+
+    original = getattr(MqttManager.init_connect, "fes_original", MqttManager.init_connect)
+    if tls is None:
+        MqttManager.init_connect = original
+        return
+
+    def init_connect(self) -> None:
+        original(self)
+        self._client.tls_set(ca_certs=tls.ca, certfile=tls.cert, keyfile=tls.key)
+
+    init_connect.fes_original = original
+    MqttManager.init_connect = init_connect
