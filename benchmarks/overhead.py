@@ -53,8 +53,8 @@ from fedml_fes.runtime.tasks import ClientTask, task_seed
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CF = "run_configs/overhead.yaml"
-RUNTIMES = ("inprocess", "mpirun", "cross_silo")
-WORKERS = {"inprocess": 1, "mpirun": 2, "cross_silo": 2}
+RUNTIMES = ("inprocess", "mpirun", "cross_silo", "cross_silo_plain")
+WORKERS = {"inprocess": 1, "mpirun": 2, "cross_silo": 2, "cross_silo_plain": 2}
 READY_TIMEOUT_S = 300.0
 
 Round = tuple[int, list[int], float]  # (round, played clients, wall seconds)
@@ -128,16 +128,52 @@ def run_mpirun(cf: str, run_dir: Path, sets: list[str]) -> Path:
     return run_dir
 
 
-def run_cross_silo(cf: str, run_dir: Path, sets: list[str]) -> Path:
-    """Server + 2 silos over FedML's gRPC on fresh loopback ports (`cross-silo-local --local-services`)."""
+def run_cross_silo(cf: str, run_dir: Path, sets: list[str], tls: bool = True) -> Path:
+    """Server + 2 silos over FedML's gRPC on fresh loopback ports (`cross-silo-local
+    --local-services`): mutual TLS with a throw-away CA, or plaintext (`--no-tls`)."""
     from fedml_fes_plugins.cross_silo.launch import run_local
 
     silo = ["common_args.training_type=cross_silo", "comm_args.backend=GRPC", "comm_args.silo_num=2"]
-    run_local(str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None)
+    run_local(
+        str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None, tls=tls
+    )
     return run_dir
 
 
-RUNNERS = {"inprocess": run_inprocess, "mpirun": run_mpirun, "cross_silo": run_cross_silo}
+RUNNERS = {
+    "inprocess": run_inprocess,
+    "mpirun": run_mpirun,
+    "cross_silo": run_cross_silo,
+    "cross_silo_plain": lambda cf, run_dir, sets: run_cross_silo(cf, run_dir, sets, tls=False),
+}
+
+
+def codec_times(cf: str, sets: list[str], scratch: Path, repeats: int = 5) -> dict:
+    """One update of this config's trainable tensors, encoded and decoded: FES1 (what crosses
+    gRPC and S3 now) against pickle (what FedML 0.9.6 sends), best of `repeats`."""
+    import pickle
+
+    from fedml_fes.tuning.params import trainable_state
+    from fedml_fes_plugins.adapters.codec import decode, encode
+
+    cfg = load_config(cf, parse_overrides(sets))
+    job = build_job(cfg, "server", make_run_dir(cfg, str(scratch)))
+    params = {"model_params": trainable_state(job.model)}
+
+    def best(fn: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    blob = encode(params)
+    return {
+        "payload_mb": round(len(blob) / 1e6, 3),
+        "fes1_s": round(best(lambda: decode(encode(params), len(blob) + 1)), 4),
+        "pickle_s": round(best(lambda: pickle.loads(pickle.dumps(params))), 4),
+    }
 
 
 def raw_worker(spec_path: str) -> int:
@@ -288,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         "common_args.torch_threads=1",
     ] + opts.set
     results = {}
+    if "cross_silo" in opts.runtimes:
+        results["codec"] = c = codec_times(opts.cf, sets, out / "codec")
+        print(
+            f"one update ({c['payload_mb']:.1f} MB): FES1 encode+decode {c['fes1_s'] * 1e3:.1f} ms, "
+            f"pickle dumps+loads {c['pickle_s'] * 1e3:.1f} ms",
+            flush=True,
+        )
     for name in opts.runtimes:
         r = results[name] = measure(name, opts.cf, sets, out, opts.repeats, opts.warmup)
         each = ", ".join(f"{q['overhead']:+.1%}" for q in r["pairs"])
@@ -299,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
             f"vs the training the run itself measured ({r['in_run_train_s']:.2f}s): {r['orchestration']:+.1%}",
             flush=True,
         )
+    if "cross_silo" in results and "cross_silo_plain" in results:
+        tls, plain = results["cross_silo"]["wall_s"], results["cross_silo_plain"]["wall_s"]
+        results["tls_vs_plaintext"] = round(tls / plain - 1, 4)
+        print(f"cross-silo gRPC, mutual TLS + FES1 against plaintext + FES1: round walls {tls / plain - 1:+.1%}")
+        if opts.json:
+            Path(opts.json).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -191,13 +191,12 @@ def test_updates_from_silos_are_parsed_defensively():
 
 
 def test_an_update_crosses_the_silo_wire_as_arrays_and_arrives_as_the_same_tensors():
-    """gRPC and MQTT_S3 pickle what the silo sends: its tensors go as numpy arrays (cheaper to
-    pickle) and the server reads back the same tensors, bit for bit."""
-    import pickle
-
+    """gRPC and the MQTT_S3 bucket carry what the silo sends as FES1 bytes: its tensors go as
+    numpy arrays and the server reads back the same tensors, bit for bit."""
     import numpy as np
 
     from fedml_fes.runtime.tasks import ClientUpdate
+    from fedml_fes_plugins.adapters.codec import decode, encode
     from fedml_fes_plugins.cross_silo.protocol import parse_updates, update_to_wire
 
     sent = ClientUpdate(
@@ -205,7 +204,7 @@ def test_an_update_crosses_the_silo_wire_as_arrays_and_arrives_as_the_same_tenso
     )
     wire = update_to_wire(sent)
     assert all(isinstance(v, np.ndarray) for v in wire["params"].values())
-    (got,), problems = parse_updates(pickle.loads(pickle.dumps([wire])), 3, {4: ClientTask(3, 4, "train", 1)})
+    (got,), problems = parse_updates(decode(encode({"u": [wire]}), 1 << 20)["u"], 3, {4: ClientTask(3, 4, "train", 1)})
     assert problems == [] and list(got.params) == ["w", "b"]
     assert all(
         got.params[k].dtype == sent.params[k].dtype and torch.equal(got.params[k], sent.params[k]) for k in sent.params

@@ -51,7 +51,7 @@ def _array_of(value: Any) -> tuple[np.ndarray, str, bool]:
 def encode(params: dict) -> bytes:
     """The parameter tree as FES1 bytes; a value of another type is a one-line error."""
     table: list[dict] = []
-    blobs: list[bytes] = []
+    blobs: list[memoryview] = []
     offset = 0
 
     def walk(x: Any) -> Any:
@@ -68,12 +68,12 @@ def encode(params: dict) -> bytes:
             arr, dtype, is_torch = _array_of(x)
             if dtype not in DTYPES:
                 raise CodecError(f"cannot send an array of dtype {dtype}")
-            raw = arr.tobytes()
+            raw = memoryview(arr.reshape(-1).view(np.uint8))  # the tensor's own bytes, not a copy
             table.append(
-                {"dtype": dtype, "shape": list(arr.shape), "offset": offset, "nbytes": len(raw), "torch": is_torch}
+                {"dtype": dtype, "shape": list(arr.shape), "offset": offset, "nbytes": raw.nbytes, "torch": is_torch}
             )
             blobs.append(raw)
-            offset += len(raw)
+            offset += raw.nbytes
             return {"__tensor__": len(table) - 1}
         if isinstance(x, OrderedDict):
             return {"__odict__": [[walk(k), walk(v)] for k, v in x.items()]}
@@ -88,7 +88,7 @@ def encode(params: dict) -> bytes:
         raise CodecError(f"cannot send a value of type {type(x).__name__} (plain data and tensors only)")
 
     header = json.dumps({"params": walk(params), "tensors": table}, separators=(",", ":")).encode()
-    return MAGIC + struct.pack("<Q", len(header)) + header + b"".join(blobs)
+    return b"".join([MAGIC, struct.pack("<Q", len(header)), header, *blobs])  # the one copy of the tensors
 
 
 def decode(raw: bytes, max_bytes: int) -> dict:

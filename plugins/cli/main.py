@@ -146,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--local-services",
         action="store_true",
         help="use free loopback ports: start mosquitto and a moto S3 endpoint (MQTT_S3), "
-        "or write a fresh gRPC ipconfig (GRPC)",
+        "or write a fresh gRPC ipconfig (GRPC); over TLS with a throw-away CA",
+    )
+    local.add_argument(
+        "--no-tls", action="store_true", help="with --local-services: plaintext, as FedML ships (to compare or debug)"
     )
     _add_common(local, resume=True)
 
@@ -234,7 +237,11 @@ def _cross_silo(opts: argparse.Namespace) -> int:
         return run_guarded(opts, lambda line: print(line, flush=True))
     from fedml_fes_plugins.cross_silo.launch import run_local
 
-    _print_summary(run_local(opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, resume=opts.resume))
+    _print_summary(
+        run_local(
+            opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, resume=opts.resume, tls=not opts.no_tls
+        )
+    )
     return 0
 
 

@@ -59,9 +59,11 @@ def _prepare(
     local_services: bool,
     services: list[Service],
     resume: bool = False,
+    tls: bool = True,
 ) -> tuple[Path, Path, Any, CrossSiloSettings]:
     """Run dir, services, and the effective config every process reads, checked. `resume`: the
-    run in `run_dir` can be continued (else a run left unfinished there is refused)."""
+    run in `run_dir` can be continued (else a run left unfinished there is refused). `tls`:
+    local services get a throw-away CA and run over TLS unless the config names its own files."""
     from fedml_fes.config import CommConfig, config_from_dict, read_sections
     from fedml_fes.runtime.checkpoint import check_start
     from fedml_fes.runtime.job import make_run_dir
@@ -80,9 +82,14 @@ def _prepare(
         comm = raw.setdefault("comm_args", {})
         comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
         backend = str(cfg.comm.backend).upper()
-        if local_services and not any(comm.get(k) for k in TLS_KEYS):  # secure by default
+        if local_services and tls and not any(comm.get(k) for k in TLS_KEYS):  # secure by default
             _local_tls(comm, path / "services" / "certs", _silo_num(comm, config_path, overrides, backend))
-        if local_services and backend == "MQTT_S3":
+        if local_services and backend == "MQTT_S3" and not any(comm.get(k) for k in TLS_KEYS):
+            services.append(start_mosquitto(path / "services" / "mosquitto"))
+            services.append(start_s3(path / "services" / "s3"))
+            comm["customized_training_mqtt_config"] = services[0].config
+            comm["customized_training_s3_config"] = services[1].config
+        elif local_services and backend == "MQTT_S3":
             broker_files = TlsFiles(
                 comm["tls_ca"], *(str(Path(comm["tls_ca"]).parent / f"broker.{x}") for x in ("crt", "key"))
             )
@@ -144,6 +151,7 @@ def run_local(
     echo: Callable[[str], None] = print,
     timeout_s: float | None = None,
     resume: bool = False,
+    tls: bool = True,
 ) -> dict[str, Any]:
     """Run server + silos here; returns the server's summary, raises FesError with the error line.
     `resume`: continue the run in `run_dir` after its checkpointed round (the silos restore
@@ -160,7 +168,7 @@ def run_local(
     try:
         try:
             path, effective, cfg, settings = _prepare(
-                config_path, parse_overrides(overrides), run_dir, local_services, services, resume
+                config_path, parse_overrides(overrides), run_dir, local_services, services, resume, tls
             )
         except AlreadyCompleted as done:
             echo(str(done))
