@@ -377,7 +377,11 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
         tmp_path,
         tiny_model_dir,
         train_args={"method": "fedfsl", "comm_round": 2},
-        comm_args={"backend": "GRPC", "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv")},
+        comm_args={
+            "backend": "GRPC",
+            "grpc_ipconfig_path": _grpc_ipconfig(tmp_path / "ip.csv"),
+            **_tls_keys(tmp_path / "certs", 2),  # FedML's own runtime over mutual TLS too
+        },
         **{k: dict(v) for k, v in FES_KEYS.items() if k in ("data_args", "pseudo_args")},
     )
     cf = write_config(tmp_path / "c.yaml", raw)
@@ -391,20 +395,40 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
     assert _rows(run_dir) == _rows(tmp_path / "local") and len(_rows(run_dir)) == 2
 
 
+def _tls_keys(folder: Path, silo_num: int) -> dict[str, str]:
+    """A throw-away CA and certificates; the comm_args that point every rank at its own."""
+    from fedml_fes_plugins.cross_silo.certs import make_run_certs
+
+    make_run_certs(folder, silo_num)
+    return {
+        "tls_ca": str(folder / "ca.crt"),
+        "tls_cert": str(folder / "rank-{rank}.crt"),
+        "tls_key": str(folder / "rank-{rank}.key"),
+    }
+
+
 @contextlib.contextmanager
 def _mqtt_s3(tmp_path: Path, run_id: str):
-    """mosquitto and a moto S3 endpoint on loopback: the comm_args for the FedMLRunner script."""
-    from fedml_fes_plugins.cross_silo.services import start_mosquitto, start_s3
+    """mosquitto (TLS, a certificate per rank, the run's ACL) and a moto S3 endpoint on
+    loopback: the comm_args for the FedMLRunner script."""
+    from fedml_fes_plugins.cross_silo.services import mqtt_acl, start_mosquitto, start_s3
+    from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
     from .test_cross_silo_services import ensure_mosquitto
 
     ensure_mosquitto()
-    broker, s3 = start_mosquitto(tmp_path / "mosquitto"), start_s3(tmp_path / "s3")
+    tls = _tls_keys(tmp_path / "certs", 2)
+    broker_files = TlsFiles(
+        tls["tls_ca"], str(tmp_path / "certs" / "broker.crt"), str(tmp_path / "certs" / "broker.key")
+    )
+    broker = start_mosquitto(tmp_path / "mosquitto", tls=broker_files, acl=mqtt_acl(run_id, 0, {1: 1, 2: 2}))
+    s3 = start_s3(tmp_path / "s3")
     try:
         yield {
             "backend": "MQTT_S3",
             "silo_num": 2,
             "run_id": run_id,
+            **tls,
             "customized_training_mqtt_config": {
                 "BROKER_HOST": "127.0.0.1",
                 "BROKER_PORT": broker.port,
