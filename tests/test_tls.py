@@ -4,6 +4,7 @@ are refused with one log line each, and the legitimate message after them still 
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -241,3 +242,54 @@ def test_tls_paths_in_a_config_file_are_taken_from_its_folder(tmp_path):
     cf.write_text(cf.read_text().replace(", tls_key: 'certs/rank-{rank}.key'", ""))
     with pytest.raises(FesError, match="comm_args.tls_key is not set"):
         settings_from(load_config(cf))
+
+
+def test_fedml_mqtt_client_over_tls_survives_publishing_while_its_loop_reads(tmp_path, certs, mosquitto_exe):
+    """FedML's MqttManager with the TLS shim, as a silo runs it: paho's loop_forever on one
+    thread (reading what the server floods it with) while another thread publishes. Without
+    one lock around the TLS socket's reads and writes the records interleave and the broker
+    drops the connection ("bad record mac"); with it every message arrives both ways."""
+    import paho.mqtt.client as paho
+    from fedml.core.distributed.communication.mqtt.mqtt_manager import MqttManager
+
+    from fedml_fes_plugins.cross_silo.services import mqtt_acl, start_mosquitto
+    from fedml_fes_plugins.cross_silo.tls import TlsFiles, tls_for
+    from fedml_fes_plugins.cross_silo.transport import use_tls_mqtt
+
+    broker_tls = TlsFiles(str(certs / "ca.crt"), str(certs / "broker.crt"), str(certs / "broker.key"))
+    broker = start_mosquitto(tmp_path / "mq", tls=broker_tls, acl=mqtt_acl("r", 0, {1: 1}))
+    n, payload, got = 600, json.dumps({"params": "x" * 20000}), {"silo": 0, "server": 0}  # FedML reads JSON
+    use_tls_mqtt(tls_for(_tls_args(certs), 1))
+    try:
+        silo = MqttManager("127.0.0.1", broker.port, None, None, 30, f"silo-{time.monotonic_ns()}")
+        silo.add_message_listener("fedml_r_0_1", lambda *_: got.__setitem__("silo", got["silo"] + 1))
+        silo.add_connected_listener(lambda client: client.subscribe("fedml_r_0_1", qos=1))
+        silo.connect()
+        threading.Thread(target=silo.loop_forever, daemon=True).start()
+        server = paho.Client(client_id=f"server-{time.monotonic_ns()}")
+        server.tls_set(str(certs / "ca.crt"), str(certs / "rank-0.crt"), str(certs / "rank-0.key"))
+        server.on_connect = lambda c, *_: c.subscribe("fedml_r_1", qos=1)
+        server.on_message = lambda *_: got.__setitem__("server", got["server"] + 1)
+        server.connect("127.0.0.1", broker.port)
+        server.loop_start()
+        time.sleep(1.0)
+
+        def flood() -> None:
+            for _ in range(n):
+                server.publish("fedml_r_0_1", payload, qos=1)
+                time.sleep(0.0005)
+
+        flooder = threading.Thread(target=flood)
+        flooder.start()
+        for _ in range(n):
+            silo.send_message("fedml_r_1", payload)
+            time.sleep(0.0005)
+        flooder.join()
+        deadline = time.monotonic() + 30
+        while got != {"silo": n, "server": n} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert got == {"silo": n, "server": n}
+        assert "bad record mac" not in broker.log.read_text()
+    finally:
+        use_tls_mqtt(None)
+        broker.stop()

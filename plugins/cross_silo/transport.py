@@ -335,6 +335,30 @@ def use_safe_s3_models(max_bytes: int = MAX_MESSAGE_BYTES) -> None:
     S3Storage.read_model = read_model
 
 
+def serialize_tls_io(client: Any) -> None:
+    """One TLS record at a time on a paho client's socket.
+
+    FedML runs paho's `loop_forever` on its receive thread while the role's logic publishes
+    from another; paho 1.6.1 then writes the packet from the publishing thread
+    (`client.py:3013-3016`: no `loop_start` thread, no callback running) while the loop
+    thread may be reading. On a plain socket that is harmless; an OpenSSL connection must not
+    be used by two threads at once: the records interleave and the peer drops the connection
+    ("bad record mac", seen in a TLS run). The socket is non-blocking, so holding a lock
+    around each read and write costs nothing."""
+    lock = threading.Lock()
+    recv, send = client._sock_recv, client._sock_send
+
+    def locked_recv(bufsize: int) -> bytes:
+        with lock:
+            return recv(bufsize)
+
+    def locked_send(buf: bytes) -> int:
+        with lock:
+            return send(buf)
+
+    client._sock_recv, client._sock_send = locked_recv, locked_send
+
+
 def use_tls_mqtt(tls: TlsFiles | None) -> None:
     """FedML 0.9.6 makes its paho client without TLS (`mqtt/mqtt_manager.py:53`, in
     `init_connect`, which `reconnect` calls again): after it, the client is given this
@@ -350,6 +374,7 @@ def use_tls_mqtt(tls: TlsFiles | None) -> None:
     def init_connect(self) -> None:
         original(self)
         self._client.tls_set(ca_certs=tls.ca, certfile=tls.cert, keyfile=tls.key)
+        serialize_tls_io(self._client)
 
     init_connect.fes_original = original
     MqttManager.init_connect = init_connect
