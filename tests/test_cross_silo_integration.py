@@ -159,7 +159,7 @@ def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo_grpc"
     assert summary["per_round"] == local["per_round"] and len(local["per_round"]) == 3
-    assert any(line.startswith("silos joined: ranks [1, 2, 3] over GRPC") for line in lines)
+    assert any(line.startswith("silos joined: ranks [1, 2, 3] over GRPC (TLS)") for line in lines)
     assert any(line.startswith("round   2: test_acc=") for line in lines)
     assert [r["clients"] for r in _rows(tmp_path / "silo")] == [r["clients"] for r in _rows(tmp_path / "local")]
     assert list(clean_home.iterdir()) == []

@@ -115,7 +115,8 @@ class SiloServer(QueuedCommManager):
             got = self.next_message(min(left, 1.0))
             if got is not None:
                 self._handle_idle(*got, starting=True)
-        self.emit(f"silos joined: ranks {s.ranks} over {s.backend}")
+        tls = getattr(self.com_manager, "tls", None) if s.backend == "GRPC" else s.tls(0)
+        self.emit(f"silos joined: ranks {s.ranks} over {s.backend} ({'TLS' if tls else 'plaintext'})")
 
     def _handle_idle(self, msg_type: Any, msg: Any, starting: bool = False) -> None:
         """A message outside the phase being waited for."""
