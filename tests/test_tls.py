@@ -244,6 +244,7 @@ def test_tls_paths_in_a_config_file_are_taken_from_its_folder(tmp_path):
         settings_from(load_config(cf))
 
 
+@pytest.mark.slow
 def test_fedml_mqtt_client_over_tls_survives_publishing_while_its_loop_reads(tmp_path, certs, mosquitto_exe):
     """FedML's MqttManager with the TLS shim, as a silo runs it: paho's loop_forever on one
     thread (reading what the server floods it with) while another thread publishes. Without
