@@ -397,31 +397,26 @@ def test_fedml_runner_script_over_grpc_matches_in_process(tmp_path, tiny_model_d
 
 def _tls_keys(folder: Path, silo_num: int) -> dict[str, str]:
     """A throw-away CA and certificates; the comm_args that point every rank at its own."""
-    from fedml_fes_plugins.cross_silo.certs import make_run_certs
+    from fedml_fes_plugins.cross_silo.certs import comm_keys, make_run_certs
 
     make_run_certs(folder, silo_num)
-    return {
-        "tls_ca": str(folder / "ca.crt"),
-        "tls_cert": str(folder / "rank-{rank}.crt"),
-        "tls_key": str(folder / "rank-{rank}.key"),
-    }
+    return comm_keys(folder)
 
 
 @contextlib.contextmanager
 def _mqtt_s3(tmp_path: Path, run_id: str):
     """mosquitto (TLS, a certificate per rank, the run's ACL) and a moto S3 endpoint on
     loopback: the comm_args for the FedMLRunner script."""
+    from fedml_fes_plugins.cross_silo.certs import broker_files
     from fedml_fes_plugins.cross_silo.services import mqtt_acl, start_mosquitto, start_s3
-    from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
     from .test_cross_silo_services import ensure_mosquitto
 
     ensure_mosquitto()
     tls = _tls_keys(tmp_path / "certs", 2)
-    broker_files = TlsFiles(
-        tls["tls_ca"], str(tmp_path / "certs" / "broker.crt"), str(tmp_path / "certs" / "broker.key")
+    broker = start_mosquitto(
+        tmp_path / "mosquitto", tls=broker_files(tmp_path / "certs"), acl=mqtt_acl(run_id, 0, {1: 1, 2: 2})
     )
-    broker = start_mosquitto(tmp_path / "mosquitto", tls=broker_files, acl=mqtt_acl(run_id, 0, {1: 1, 2: 2}))
     s3 = start_s3(tmp_path / "s3")
     try:
         yield {

@@ -171,11 +171,12 @@ def test_mqtt_broker_with_tls_and_acl_refuses_another_silos_topic(tmp_path, cert
     the run's ACL. Silo 2 publishing on silo 1's topic is refused by the broker (its log says
     so, the server never sees it); silo 1's own message arrives; a client without a
     certificate is not let in; the preflight check logs in with the certificate."""
+    from fedml_fes_plugins.cross_silo.certs import broker_files
     from fedml_fes_plugins.cross_silo.checks import check_mqtt
     from fedml_fes_plugins.cross_silo.services import mqtt_acl, start_mosquitto
-    from fedml_fes_plugins.cross_silo.tls import TlsFiles, tls_for
+    from fedml_fes_plugins.cross_silo.tls import tls_for
 
-    broker_tls = TlsFiles(str(certs / "ca.crt"), str(certs / "broker.crt"), str(certs / "broker.key"))
+    broker_tls = broker_files(certs)
     broker = start_mosquitto(tmp_path / "mq", tls=broker_tls, acl=mqtt_acl("run7", 0, {1: 1, 2: 2}))
     clients = []
     try:
@@ -253,11 +254,12 @@ def test_fedml_mqtt_client_over_tls_survives_publishing_while_its_loop_reads(tmp
     import paho.mqtt.client as paho
     from fedml.core.distributed.communication.mqtt.mqtt_manager import MqttManager
 
+    from fedml_fes_plugins.cross_silo.certs import broker_files
     from fedml_fes_plugins.cross_silo.services import mqtt_acl, start_mosquitto
-    from fedml_fes_plugins.cross_silo.tls import TlsFiles, tls_for
+    from fedml_fes_plugins.cross_silo.tls import tls_for
     from fedml_fes_plugins.cross_silo.transport import use_tls_mqtt
 
-    broker_tls = TlsFiles(str(certs / "ca.crt"), str(certs / "broker.crt"), str(certs / "broker.key"))
+    broker_tls = broker_files(certs)
     broker = start_mosquitto(tmp_path / "mq", tls=broker_tls, acl=mqtt_acl("r", 0, {1: 1}))
     n, payload, got = 600, json.dumps({"params": "x" * 20000}), {"silo": 0, "server": 0}  # FedML reads JSON
     use_tls_mqtt(tls_for(_tls_args(certs), 1))

@@ -246,7 +246,7 @@ def _cross_silo(opts: argparse.Namespace) -> int:
 
 
 def _certs(opts: argparse.Namespace) -> int:
-    from fedml_fes_plugins.cross_silo.certs import make_run_certs
+    from fedml_fes_plugins.cross_silo.certs import comm_keys, make_run_certs
     from fedml_fes_plugins.cross_silo.services import mqtt_acl
 
     if opts.silos < 1:
@@ -259,9 +259,7 @@ def _certs(opts: argparse.Namespace) -> int:
     if opts.run_id:
         (out / "mosquitto.acl").write_text(mqtt_acl(opts.run_id, 0, {r: r for r in range(1, opts.silos + 1)}))
         print(f"mosquitto ACL for run id {opts.run_id}: {out / 'mosquitto.acl'}")
-    print(
-        f"comm_args: tls_ca: {out / 'ca.crt'}, tls_cert: {out / 'rank-{rank}.crt'}, tls_key: {out / 'rank-{rank}.key'}"
-    )
+    print("comm_args: " + ", ".join(f"{k}: {v}" for k, v in comm_keys(out).items()))
     return 0
 
 

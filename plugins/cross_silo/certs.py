@@ -23,6 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from fedml_fes_plugins.cross_silo.tls import TlsFiles
+
 DEFAULT_HOSTS = ("localhost", "127.0.0.1")
 VALID_DAYS = 365
 
@@ -99,6 +101,22 @@ def make_cert(
     )
     _write(out / name, key, cert)
     return out / f"{name}.crt"
+
+
+def comm_keys(folder: str | Path) -> dict[str, str]:
+    """The `comm_args.tls_*` values for certificates made by `make_run_certs` in `folder`."""
+    folder = Path(folder)
+    return {
+        "tls_ca": str(folder / "ca.crt"),
+        "tls_cert": str(folder / "rank-{rank}.crt"),
+        "tls_key": str(folder / "rank-{rank}.key"),
+    }
+
+
+def broker_files(folder: str | Path) -> TlsFiles:
+    """The MQTT broker's CA, certificate and key made by `make_run_certs` in `folder`."""
+    folder = Path(folder)
+    return TlsFiles(str(folder / "ca.crt"), str(folder / "broker.crt"), str(folder / "broker.key"))
 
 
 def make_run_certs(out: str | Path, silo_num: int, hosts: Iterable[str] = DEFAULT_HOSTS) -> Path:

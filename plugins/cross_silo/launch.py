@@ -25,13 +25,12 @@ from typing import Any, Callable
 import yaml
 
 from fedml_fes.errors import FesError
-from fedml_fes_plugins.cross_silo.certs import make_run_certs
+from fedml_fes_plugins.cross_silo.certs import broker_files, comm_keys, make_run_certs
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
 from fedml_fes_plugins.cross_silo.services import Service, child_env, free_port, mqtt_acl, start_mosquitto, start_s3
 from fedml_fes_plugins.cross_silo.tls import KEYS as TLS_KEYS
-from fedml_fes_plugins.cross_silo.tls import TlsFiles
 
 SILO_GRACE_S = 15.0
 
@@ -90,12 +89,10 @@ def _prepare(
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
         elif local_services and backend == "MQTT_S3":
-            broker_files = TlsFiles(
-                comm["tls_ca"], *(str(Path(comm["tls_ca"]).parent / f"broker.{x}") for x in ("crt", "key"))
-            )
+            broker = broker_files(Path(comm["tls_ca"]).parent)  # the broker's pair beside the CA
             silos = {r: r for r in range(1, int(comm.get("silo_num") or 0) + 1)}
             acl = mqtt_acl(comm["run_id"], 0, silos)
-            services.append(start_mosquitto(path / "services" / "mosquitto", tls=broker_files, acl=acl))
+            services.append(start_mosquitto(path / "services" / "mosquitto", tls=broker, acl=acl))
             services.append(start_s3(path / "services" / "s3"))
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
@@ -130,9 +127,7 @@ def _local_tls(comm: dict[str, Any], folder: Path, silo_num: int) -> None:
     """A throw-away CA and certificates for the server, each silo and the broker; the run
     config points every process at its own (`{rank}`)."""
     make_run_certs(folder, max(silo_num, 1))
-    comm["tls_ca"] = str(folder / "ca.crt")
-    comm["tls_cert"] = str(folder / "rank-{rank}.crt")
-    comm["tls_key"] = str(folder / "rank-{rank}.key")
+    comm.update(comm_keys(folder))
 
 
 class AlreadyCompleted(Exception):
