@@ -12,13 +12,23 @@ partition), with one thing changed:
   labels could add in this setting (10 rounds, 5 clients a round, FedAvg by sample count).
 Runs go to `<out>/<variant>/<dataset>/runs/fedfsl-s<seed>` (resumable), each variant's table to
 `<out>/<variant>/fidelity.md`. Use seeds >= 10: the reported seeds 0-2 are never tuned on.
+
+    .venv/bin/python benchmarks/pseudo_diagnosis.py --calibration RUN_DIR [RUN_DIR ...]
+
+reads the last pass's pseudo labels of a finished run with soft labels (each labeling client's
+`clients/<id>/pseudo_labels.json`) and prints, per confidence threshold, the share of them kept
+and how many of those are right (the hidden truth, from the run's own config and seed).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from pathlib import Path
+
+import numpy as np
 
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.bench.fidelity import run_command
@@ -49,15 +59,60 @@ def use_true_labels() -> None:
     methods.FewShot.label = true_labels
 
 
+THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+def calibration(run_dir: Path) -> list[tuple[float, int, float]]:
+    """(threshold, labels kept, their accuracy) over the run's last pass on every labeling client."""
+    from fedml_fes.config import load_run_config
+    from fedml_fes.data.federated import build_federated_data
+
+    _, oracle = build_federated_data(load_run_config(run_dir))
+    conf, right = [], []
+    for path in sorted((run_dir / "clients").glob("*/pseudo_labels.json")):
+        stored = json.loads(path.read_text())
+        if not stored["probs"]:
+            raise FesError(f"{path} holds no probabilities (a run with pseudo_args.soft_labels=false)")
+        truth = oracle.labels_of(stored["example_ids"])
+        conf += [max(p) for p in stored["probs"]]
+        right += [int(t == y) for t, y in zip(truth, stored["labels"])]
+    conf_a, right_a = np.asarray(conf), np.asarray(right)
+    rows = []
+    for t in THRESHOLDS:
+        kept = conf_a >= t
+        rows.append((t, int(kept.sum()), float(right_a[kept].mean()) if kept.any() else float("nan")))
+    return rows
+
+
+def print_calibration(run_dirs: list[str]) -> int:
+    for rd in map(Path, run_dirs):
+        rows = calibration(rd)
+        total = rows[0][1]
+        print(f"{rd}: {total} pseudo labels in the last pass")
+        print("| confidence >= | kept | share | accuracy |\n|---|---|---|---|")
+        for t, n, acc in rows:
+            print(f"| {t:.2f} | {n} | {n / total:.0%} | {acc:.3f} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variant", choices=sorted(VARIANTS), required=True)
+    p.add_argument("--calibration", nargs="+", metavar="RUN_DIR", help="print confidence against accuracy and stop")
+    p.add_argument("--variant", choices=sorted(VARIANTS))
     p.add_argument("--datasets", nargs="+", default=["bbc_news", "trec"])
     p.add_argument("--seeds", nargs="+", type=int, default=[10])
     p.add_argument("--out", default="runs/pseudo_diagnosis")
     p.add_argument("--agnews-dir", default=None)
     p.add_argument("--set", action="append", default=[], help="another run-config key for every run (a quick look)")
     opts = p.parse_args(argv)
+    if opts.calibration:
+        try:
+            return print_calibration(opts.calibration)
+        except FesError as e:
+            print(f"pseudo_diagnosis: error: {e}", file=sys.stderr)
+            return 1
+    if opts.variant is None:
+        p.error("--variant or --calibration is required")
     if min(opts.seeds) < 10:
         print("pseudo_diagnosis: error: seeds 0-2 are the reported ones; diagnose on seeds >= 10", file=sys.stderr)
         return 1
