@@ -7,6 +7,8 @@ Every run is the fidelity suite's FedFSL run (run_configs/fidelity.yaml, the sam
 partition), with one thing changed:
 - `shared`: nothing (the shared config: soft labels, the model's own distribution);
 - `hard`: `pseudo_args.soft_labels=false`, the argmax as a one-hot target;
+- `conf80`, `conf90`: only predictions at least 0.8 / 0.9 confident are kept
+  (`pseudo_args.confidence_threshold`; per pass still at most `per_pass`);
 - `oracle`: the same examples the model selected, each labeled with its true class. A
   diagnostic, never a method (no client has these labels): it bounds what better pseudo
   labels could add in this setting (10 rounds, 5 clients a round, FedAvg by sample count).
@@ -33,7 +35,13 @@ import numpy as np
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.bench.fidelity import run_command
 
-VARIANTS = {"shared": [], "hard": ["pseudo_args.soft_labels=false"], "oracle": []}
+VARIANTS = {
+    "shared": [],
+    "hard": ["pseudo_args.soft_labels=false"],
+    "oracle": [],
+    "conf80": ["pseudo_args.confidence_threshold=0.8"],
+    "conf90": ["pseudo_args.confidence_threshold=0.9"],
+}
 
 
 def use_true_labels() -> None:
@@ -101,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", choices=sorted(VARIANTS))
     p.add_argument("--datasets", nargs="+", default=["bbc_news", "trec"])
     p.add_argument("--seeds", nargs="+", type=int, default=[10])
+    p.add_argument("--methods", nargs="+", default=["fedfsl"], help="fedfsl (default), or prompt_only etc. beside it")
     p.add_argument("--out", default="runs/pseudo_diagnosis")
     p.add_argument("--agnews-dir", default=None)
     p.add_argument("--set", action="append", default=[], help="another run-config key for every run (a quick look)")
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         cf=None,
         out=out,
         results=out,
-        methods=["fedfsl"],
+        methods=opts.methods,
         seeds=opts.seeds,
         datasets=opts.datasets,
         agnews_dir=opts.agnews_dir,
