@@ -8,7 +8,7 @@ partition), with one thing changed:
 - `shared`: nothing (the shared config: soft labels, the model's own distribution);
 - `hard`: `pseudo_args.soft_labels=false`, the argmax as a one-hot target;
 - `conf80`, `conf90`: only predictions at least 0.8 / 0.9 confident are kept
-  (`pseudo_args.confidence_threshold`; per pass still at most `per_pass`);
+  (`pseudo_args.confidence_threshold`; per pass still at most `per_pass`); `hard90`: both;
 - `oracle`: the same examples the model selected, each labeled with its true class. A
   diagnostic, never a method (no client has these labels): it bounds what better pseudo
   labels could add in this setting (10 rounds, 5 clients a round, FedAvg by sample count).
@@ -41,6 +41,7 @@ VARIANTS = {
     "oracle": [],
     "conf80": ["pseudo_args.confidence_threshold=0.8"],
     "conf90": ["pseudo_args.confidence_threshold=0.9"],
+    "hard90": ["pseudo_args.soft_labels=false", "pseudo_args.confidence_threshold=0.9"],
 }
 
 
