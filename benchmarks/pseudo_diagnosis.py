@@ -71,26 +71,39 @@ def use_true_labels() -> None:
 THRESHOLDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
-def calibration(run_dir: Path) -> list[tuple[float, int, float]]:
-    """(threshold, labels kept, their accuracy) over the run's last pass on every labeling client."""
+def last_pass(run_dir: Path) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]:
+    """(classes, confidence, pseudo label, true class) of every labeling client's last pass."""
     from fedml_fes.config import load_run_config
     from fedml_fes.data.federated import build_federated_data
 
-    _, oracle = build_federated_data(load_run_config(run_dir))
-    conf, right = [], []
+    data, oracle = build_federated_data(load_run_config(run_dir))
+    conf, label, truth = [], [], []
     for path in sorted((run_dir / "clients").glob("*/pseudo_labels.json")):
         stored = json.loads(path.read_text())
         if not stored["probs"]:
             raise FesError(f"{path} holds no probabilities (a run with pseudo_args.soft_labels=false)")
-        truth = oracle.labels_of(stored["example_ids"])
         conf += [max(p) for p in stored["probs"]]
-        right += [int(t == y) for t, y in zip(truth, stored["labels"])]
-    conf_a, right_a = np.asarray(conf), np.asarray(right)
+        label += stored["labels"]
+        truth += oracle.labels_of(stored["example_ids"])
+    return data.classes, np.asarray(conf), np.asarray(label, dtype=int), np.asarray(truth, dtype=int)
+
+
+def calibration(run_dir: Path) -> list[tuple[float, int, float]]:
+    """(threshold, labels kept, their accuracy) over the run's last pass on every labeling client."""
+    _, conf, label, truth = last_pass(run_dir)
     rows = []
     for t in THRESHOLDS:
-        kept = conf_a >= t
-        rows.append((t, int(kept.sum()), float(right_a[kept].mean()) if kept.any() else float("nan")))
+        kept = conf >= t
+        rows.append((t, int(kept.sum()), float((label[kept] == truth[kept]).mean()) if kept.any() else float("nan")))
     return rows
+
+
+def confusion(run_dir: Path, threshold: float = 0.0) -> tuple[tuple[str, ...], np.ndarray]:
+    """Counts of (true class, pseudo label) among the last pass's labels at least `threshold` confident."""
+    classes, conf, label, truth = last_pass(run_dir)
+    counts = np.zeros((len(classes), len(classes)), dtype=int)
+    np.add.at(counts, (truth[conf >= threshold], label[conf >= threshold]), 1)
+    return classes, counts
 
 
 def print_calibration(run_dirs: list[str]) -> int:
@@ -101,6 +114,13 @@ def print_calibration(run_dirs: list[str]) -> int:
         print("| confidence >= | kept | share | accuracy |\n|---|---|---|---|")
         for t, n, acc in rows:
             print(f"| {t:.2f} | {n} | {n / total:.0%} | {acc:.3f} |")
+        for t in (0.0, 0.9):
+            classes, counts = confusion(rd, t)
+            print(f"\ntrue class (rows) against pseudo label (columns), confidence >= {t:.1f}:")
+            print("| | " + " | ".join(classes) + " |\n|" + "---|" * (len(classes) + 1))
+            for name, row in zip(classes, counts):
+                print(f"| {name} | " + " | ".join(str(int(x)) for x in row) + " |")
+        print()
     return 0
 
 
