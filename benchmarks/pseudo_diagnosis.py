@@ -88,9 +88,9 @@ def last_pass(run_dir: Path) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, n
     return data.classes, np.asarray(conf), np.asarray(label, dtype=int), np.asarray(truth, dtype=int)
 
 
-def calibration(run_dir: Path) -> list[tuple[float, int, float]]:
-    """(threshold, labels kept, their accuracy) over the run's last pass on every labeling client."""
-    _, conf, label, truth = last_pass(run_dir)
+def calibration(passes: tuple) -> list[tuple[float, int, float]]:
+    """(threshold, labels kept, their accuracy) over `last_pass`'s labels."""
+    _, conf, label, truth = passes
     rows = []
     for t in THRESHOLDS:
         kept = conf >= t
@@ -98,27 +98,28 @@ def calibration(run_dir: Path) -> list[tuple[float, int, float]]:
     return rows
 
 
-def confusion(run_dir: Path, threshold: float = 0.0) -> tuple[tuple[str, ...], np.ndarray]:
-    """Counts of (true class, pseudo label) among the last pass's labels at least `threshold` confident."""
-    classes, conf, label, truth = last_pass(run_dir)
+def confusion(passes: tuple, threshold: float = 0.0) -> np.ndarray:
+    """Counts of (true class, pseudo label) among `last_pass`'s labels at least `threshold` confident."""
+    classes, conf, label, truth = passes
     counts = np.zeros((len(classes), len(classes)), dtype=int)
     np.add.at(counts, (truth[conf >= threshold], label[conf >= threshold]), 1)
-    return classes, counts
+    return counts
 
 
 def print_calibration(run_dirs: list[str]) -> int:
     for rd in map(Path, run_dirs):
-        rows = calibration(rd)
+        passes = last_pass(rd)  # builds the run's data once: the truth for every table below
+        rows = calibration(passes)
         total = rows[0][1]
         print(f"{rd}: {total} pseudo labels in the last pass")
         print("| confidence >= | kept | share | accuracy |\n|---|---|---|---|")
         for t, n, acc in rows:
             print(f"| {t:.2f} | {n} | {n / total:.0%} | {acc:.3f} |")
+        classes = passes[0]
         for t in (0.0, 0.9):
-            classes, counts = confusion(rd, t)
             print(f"\ntrue class (rows) against pseudo label (columns), confidence >= {t:.1f}:")
             print("| | " + " | ".join(classes) + " |\n|" + "---|" * (len(classes) + 1))
-            for name, row in zip(classes, counts):
+            for name, row in zip(classes, confusion(passes, t)):
                 print(f"| {name} | " + " | ".join(str(int(x)) for x in row) + " |")
         print()
     return 0

@@ -59,10 +59,11 @@ def test_calibration_counts_kept_labels_and_their_accuracy(tmp_path, tiny_model_
     (store / "pseudo_labels.json").write_text(
         json.dumps({"example_ids": ids, "labels": labels, "probs": probs, "passes": 1})
     )
-    rows = {t: (n, acc) for t, n, acc in diag.calibration(run)}
+    passes = diag.last_pass(run)
+    rows = {t: (n, acc) for t, n, acc in diag.calibration(passes)}
     assert rows[0.0] == (4, 0.5) and rows[0.7] == (3, 2 / 3) and rows[0.8] == (2, 0.5) and rows[0.9] == (1, 1.0)
     assert rows[0.99][0] == 0
-    classes, counts = diag.confusion(run, 0.8)  # kept: truth[0] as itself, truth[1] as other[1]
+    counts = diag.confusion(passes, 0.8)  # kept: truth[0] as itself, truth[1] as other[1]
     assert counts.sum() == 2 and counts[truth[0], truth[0]] == 1 and counts[truth[1], other[1]] == 1
     assert diag.main(["--calibration", str(run)]) == 0
     assert "| 0.90 | 1 | 25% | 1.000 |" in capsys.readouterr().out
