@@ -209,6 +209,17 @@ class PseudoConfig:
     # FedFSL's static pacing: every labeling client holds this many pseudo labels after each
     # event (a constant, the reference code's 100; relabeled by the current model each time)
     per_pass: int = 100
+    # FedFSL's static count as a share of the client's pool instead (0: per_pass). The paper's
+    # pools hold ~1,200 texts and keep 100 per pass: 0.083, the most confident twelfth
+    per_pass_fraction: float = 0.0
+    # how a pass turns the model's probabilities into labels before selection (pseudo/labeler.py):
+    # paper: as predicted (the paper's FedFSL / FeS); contextual: divided by the model's own
+    # answer to content-free inputs (Zhao et al. 2021), removing its label bias; aligned: the
+    # pool's mean prediction scaled to uniform (ReMixMatch's distribution alignment)
+    labeler: str = "paper"
+    # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
+    # labeled). The label comes from the clean text: consistency under a strong augmentation
+    augment_word_dropout: float = 0.0
     confidence_threshold: float = 0.0  # keep only predictions at least this confident (0: off)
     skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
     soft_labels: bool = False  # train on the predicted distribution instead of the argmax
@@ -1066,6 +1077,14 @@ def validate(cfg: FesConfig, given: "set[str] | frozenset[str] | None" = None) -
         cfg.pacing.train_sampling in ("uniform", "labels"),
         f"pacing_args.train_sampling must be uniform or labels, got '{cfg.pacing.train_sampling}'",
     )
+    _check(0 <= p.per_pass_fraction <= 1, f"pseudo_args.per_pass_fraction must be in [0, 1], got {p.per_pass_fraction}")
+    _check(
+        0 <= p.augment_word_dropout < 1,
+        f"pseudo_args.augment_word_dropout must be in [0, 1), got {p.augment_word_dropout}",
+    )
+    from .pseudo.labeler import LABELERS
+
+    _check(p.labeler in LABELERS, f"pseudo_args.labeler must be one of {', '.join(LABELERS)}, got '{p.labeler}'")
     _check(
         p.class_balance in ("none", "gold", "predicted"),
         f"pseudo_args.class_balance must be none, gold or predicted, got '{p.class_balance}'",

@@ -1,5 +1,6 @@
 """The fedml-fes command as a user runs it."""
 
+import json
 import os
 import re
 import subprocess
@@ -123,8 +124,12 @@ def test_demo_compares_fes_with_the_baselines(tmp_path):
     demo_dir = next((tmp_path / "runs").glob("demo-*"))
     assert (demo_dir / "demo.png").stat().st_size > 10_000 and f"plot:  {demo_dir / 'demo.png'}" in text
     rows = (demo_dir / "demo.csv").read_text().splitlines()
-    assert rows[0].startswith("method,accuracy,upload_bytes,tx2_hours,pseudo_labels") and len(rows) == 4
+    assert rows[0].startswith("method,accuracy,upload_bytes,tx2_hours,pseudo_labels") and len(rows) == 5
     upload = {r.split(",")[0]: int(r.split(",")[2]) for r in rows[1:]}
+    # the untrained prompt model is the table's first row: FedFSL's own start, no upload
+    zero = next(line.split() for line in text.splitlines() if line.startswith("Zero-shot "))
+    start = json.loads((demo_dir / "fedfsl" / "summary.json").read_text())["initial"]["test_acc"]
+    assert float(zero[1]) == pytest.approx(start, abs=5e-4) and upload["Zero-shot"] == 0
     assert upload["FeS"] * 100 < upload["FedFSL"]  # bias-only updates of the top third vs the whole model
     for method in ("fedcls", "fedfsl", "fes"):
         assert (demo_dir / method / "summary.json").is_file() and (demo_dir / method / "accuracy.png").is_file()
@@ -179,7 +184,6 @@ def test_demo_uses_the_fidelity_benchmarks_shared_settings(tmp_path):
         # shrunk alike for every method, so that full fine-tuning (FedFSL) fits in the demo's time
         "train_args.client_num_per_round",
         "pseudo_args.label_clients",
-        "pseudo_args.per_pass",
         "data_args.max_test_examples",
     }
     differ = [

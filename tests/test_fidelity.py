@@ -64,13 +64,13 @@ def _met(rows) -> dict[str, bool]:
 
 
 def test_checks_met():
-    assert _met(_rows(GOOD)) == {"a": True, "b": True, "c": True, "d": True}
+    assert _met(_rows(GOOD)) == {"a": True, "b": True, "c": True, "d": True, "e": True, "f": True}
 
 
 def test_check_a_fails_when_fes_is_more_than_a_point_below_fedfsl_on_one_dataset():
     acc = {**GOOD, "fes": {"agnews": 0.695, "bbc_news": 0.70, "trec": 0.685}}
     result = fid.checks(_rows(acc))
-    assert [c.met for c in result] == [False, True, True, True]
+    assert [c.met for c in result] == [False, True, True, True, True, True]
     assert any("trec: FeS 0.6950 vs FedFSL 0.7100" in line and "NOT met" in line for line in result[0].details)
 
 
@@ -112,6 +112,9 @@ def test_csv_has_exactly_the_columns_and_one_row_per_run(tmp_path):
         "accuracy",
         "majority_rate",
         "pseudo_labels",
+        "labeler",
+        "pseudo_precision",
+        "start_accuracy",
         "bytes_up",
         "emulated_hours",
         "model",
@@ -145,7 +148,7 @@ def test_the_mean_table_lists_a_method_beyond_the_five_once(tmp_path):
     rows = _rows({"fes_no_cp": 0.6, "fedfsl_bias": 0.5}, bytes_up={"fes_no_cp": 9e9, "fedfsl_bias": 9e6})
     text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
     table = text.split("## Mean accuracy (%)")[1].split("## Done-checks")[0]
-    assert table.count("| fes_no_cp |") == 1 and table.count("| fedfsl_bias |") == 1, table
+    assert table.count("| fes_no_cp |") == 1 and table.count("| FedFSL-BIAS |") == 1, table
 
 
 def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path):
@@ -169,13 +172,13 @@ def test_a_held_out_dataset_runs_only_when_named_and_the_report_says_so(tmp_path
 
     assert get_pvp("movie_sentiment").pattern(0, causal=True) == "{text_a}\nAll in all, the movie was {mask}"
     text = fid.render(_rows(GOOD, datasets=("movie_sentiment",)), "x", "2026-11-30 10:00", tmp_path, {})
-    assert "Completed runs: 15 (the full matrix is 15: 1 datasets" in text
+    assert "Completed runs: 15 (the full matrix is 18: 1 datasets" in text
     assert (
         "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): movie_sentiment" in text
     )
     assert "## Movie sentiment (`movie_sentiment`)" in text
     both = fid.render(_rows(GOOD, datasets=("bbc_news", "movie_sentiment")), "x", "2026-11-30 10:00", tmp_path, {})
-    assert "the full matrix is 60: 4 datasets" in both
+    assert "the full matrix is 72: 4 datasets" in both
 
 
 def test_gold_labels_per_class_are_counted_cached_and_reported(tmp_path):
@@ -245,7 +248,10 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
 
     cfg = load_config(REPO / "run_configs" / "fidelity.yaml")
     assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
-    assert cfg.train.frequency_of_the_test == cfg.train.comm_round
+    assert cfg.train.frequency_of_the_test == 2  # every other round: time to accuracy (Table 4)
+    assert cfg.pseudo.per_pass_fraction == 0.083 and cfg.pseudo.labeler in ("paper", "contextual", "aligned")
+    small = load_config(REPO / "run_configs" / "fidelity_small_pools.yaml")  # the earlier regime's 45 runs
+    assert small.pseudo.per_pass == 100 and small.pseudo.per_pass_fraction == 0
     assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300
     assert cfg.model.model == "offline:smollm2-135m" and not cfg.model.mlm_from  # a real LM, no head to build
     agnews = tmp_path / "agnews"
@@ -260,7 +266,7 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
         return {f"{s}.{k}": json.dumps(v, sort_keys=True) for s, vals in c.to_dict().items() for k, v in vals.items()}
 
     configs = {(d, m, s): run_config(p, m, s) for d, p in plans.items() for m, s in p.run_names()}
-    assert len(configs) == 45
+    assert len(configs) == 54
     base = flat(configs[("bbc_news", "fedcls", 0)])
     for (d, m, s), c in configs.items():
         other = flat(c)
@@ -386,7 +392,7 @@ def test_run_row_reads_a_run_folder(tmp_path, tiny_model_dir):
     rows = list(csv.DictReader((tmp_path / "res" / "fidelity.csv").open()))
     assert len(rows) == 1 and rows[0]["bytes_up"] == "4000"
     assert "| FeS | 62.5 ± 0.0 | 62.5 | 0 |" not in md.read_text()  # pseudo labels then bytes
-    assert "| FeS | 62.5 ± 0.0 | 62.5 | 30 | 4,000 |" in md.read_text()
+    assert "| FeS | 62.5 ± 0.0 | 62.5 | 30 | - | 4,000 |" in md.read_text()  # no pass: no precision
 
 
 # ---- end to end on a tiny setting ------------------------------------------------------------------
@@ -450,10 +456,14 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
         assert json.loads((rd / "summary.json").read_text())["status"] == "completed"
         assert yaml.safe_load((rd / "config.yaml").read_text())["common_args"]["torch_threads"] == 1
     rows = list(csv.DictReader((res / "fidelity.csv").open()))
-    assert list(rows[0]) == list(fid.COLUMNS) and [r["method"] for r in rows] == ["fedcls", "fes"]
+    assert list(rows[0]) == list(fid.COLUMNS) and [r["method"] for r in rows] == ["zero_shot", "fedcls", "fes"]
     for r in rows:
         assert 0 <= float(r["accuracy"]) <= 1 and 0 < float(r["majority_rate"]) < 1
-        assert int(r["bytes_up"]) > 0 and float(r["emulated_hours"]) > 0
+        trained = r["method"] != "zero_shot"  # the untrained model's row: no upload, no time
+        assert (int(r["bytes_up"]) > 0 and float(r["emulated_hours"]) > 0) == trained
+    zero, fes_row = rows[0], rows[2]
+    assert float(zero["accuracy"]) == float(fes_row["start_accuracy"])  # the prompt run's own start
+    assert fes_row["labeler"] == "paper" and rows[1]["labeler"] == ""  # FedCLS does not pseudo-label
     fes = next(r for r in rows if r["method"] == "fes")
     assert int(fes["pseudo_labels"]) > 0 and int(next(r for r in rows if r["method"] == "fedcls")["pseudo_labels"]) == 0
     assert "## Done-checks" in (res / "fidelity.md").read_text()
@@ -465,9 +475,19 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
     assert "2 runs, 2 already complete, 0 to do" in capsys.readouterr().out
     assert (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns == stamp
 
-    # an interrupted run is set aside (kept) and redone; report-only trains nothing
-    summary = out / "bbc_news" / "runs" / "fedcls-s0" / "summary.json"
+    # an interrupted run continues from its checkpoint, to the same rows; one without a
+    # checkpoint is set aside (kept) and redone; report-only trains nothing
+    rd = out / "bbc_news" / "runs" / "fedcls-s0"
+    rows_before = (rd / "metrics.csv").read_text()
+    summary = rd / "summary.json"
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
+    assert script.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1 to do" in text and "fedcls s0: continuing after round" in text
+    assert (rd / "metrics.csv").read_text() == rows_before and not (rd.parent / ".partial").exists()
+    assert json.loads(summary.read_text())["status"] == "completed"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
+    (rd / "checkpoint.pt").unlink()
     assert script.main(argv) == 0
     text = capsys.readouterr().out
     assert "1 to do" in text and "previous attempt was interrupted" in text
@@ -475,7 +495,7 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
     assert script.main([*argv, "--report-only"]) == 0
     assert "to do" not in capsys.readouterr().out
     meta = json.loads((out / "fidelity.json").read_text())
-    assert len(meta["commands"]) == 3  # report-only runs nothing and logs nothing
+    assert len(meta["commands"]) == 4  # report-only runs nothing and logs nothing
 
     # a changed shared config does not mix with finished runs
     with pytest.raises(FesError, match="different config .*train_args.learning_rate"):
@@ -626,7 +646,7 @@ def test_the_report_names_a_dataset_file_as_held_out_and_shows_its_pattern(tmp_p
     assert fid.shared_config_check(rows) == []
     text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
     assert "Held out of all tuning (nothing in the shared config was chosen on it, on any seed): my_news" in text
-    assert "the full matrix is 60: 4 datasets" in text  # the three built-ins, and it
+    assert "the full matrix is 72: 4 datasets" in text  # the three built-ins, and it
     assert "(my_news, from --dataset-file: also where and how the data reads, and its own PVP)" in text
     assert '## my_news (`my_news`): 20 clients, pattern "{mask} News: {text_a}"' in text
 
@@ -682,7 +702,11 @@ def test_the_harness_runs_a_dataset_file_end_to_end(tmp_path, tiny_model_dir, ca
         saved = yaml.safe_load((out / "my_news" / "runs" / f"{m}-s0" / "config.yaml").read_text())
         assert saved["data_args"]["dataset"] == "custom" and saved["data_args"]["client_num_in_total"] == 6
     rows = list(csv.DictReader((res / "fidelity.csv").open()))
-    assert [(r["dataset"], r["method"]) for r in rows] == [("my_news", "fedcls"), ("my_news", "prompt_only")]
+    assert [(r["dataset"], r["method"]) for r in rows] == [
+        ("my_news", "zero_shot"),
+        ("my_news", "fedcls"),
+        ("my_news", "prompt_only"),
+    ]
     assert all(0 <= float(r["accuracy"]) <= 1 and 0 < float(r["majority_rate"]) < 1 for r in rows)
     text = (res / "fidelity.md").read_text()
     assert "## my_news (`my_news`): 6 clients" in text and "One shared config across all runs: yes" in text

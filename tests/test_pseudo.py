@@ -5,9 +5,11 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from fedml_fes.config import config_from_dict
-from fedml_fes.pseudo.labeler import class_quotas, select_pseudo
+from fedml_fes.errors import FesError
+from fedml_fes.pseudo.labeler import CONTENT_FREE, class_quotas, correct_bias, select_pseudo
 from fedml_fes.pseudo.store import ClientStore, PseudoLabels
 from fedml_fes.runtime.job import make_run_dir
 
@@ -94,3 +96,116 @@ def test_soft_labels_and_threshold(tmp_path, tiny_model_dir):
     )
     stored = [json.loads(p.read_text()) for p in (run_dir / "clients").glob("*/pseudo_labels.json")]
     assert all(len(s["probs"]) == len(s["labels"]) for s in stored)
+
+
+# ---- labelers: the model's label bias corrected before selection ---------------------------------
+
+
+def test_paper_labeler_leaves_the_predictions_as_they_are():
+    probs = np.array([[0.7, 0.3], [0.6, 0.4]], dtype=np.float32)
+    assert correct_bias(probs, "paper") is probs
+
+
+def test_contextual_labeler_divides_out_the_content_free_answer():
+    """A model that says class 0 to no content at all (0.8) has its class-0 answers discounted:
+    a 0.7 for class 0 on a real text is evidence for class 1 once that bias is removed."""
+    probs = np.array([[0.7, 0.3], [0.95, 0.05]], dtype=np.float32)
+    out = correct_bias(probs, "contextual", np.array([0.8, 0.2]))
+    assert out.argmax(1).tolist() == [1, 0]  # 0.7/0.8 < 0.3/0.2; 0.95/0.8 > 0.05/0.2
+    assert np.allclose(out.sum(1), 1.0) and out.dtype == probs.dtype
+    assert np.allclose(out[0], [0.875 / (0.875 + 1.5), 1.5 / (0.875 + 1.5)], atol=1e-6)
+    with pytest.raises(ValueError, match="content-free"):
+        correct_bias(probs, "contextual")
+    with pytest.raises(ValueError, match="unknown labeler"):
+        correct_bias(probs, "oracle")
+
+
+def test_aligned_labeler_makes_the_pools_mean_prediction_uniform_in_ranking():
+    """Distribution alignment: a pool where every text leans to class 0 gets its least class-0
+    texts labeled class 1 (the pool's own mean is the bias divided out)."""
+    probs = np.array([[0.9, 0.1], [0.8, 0.2], [0.6, 0.4], [0.55, 0.45]], dtype=np.float32)
+    out = correct_bias(probs, "aligned")
+    assert probs.argmax(1).tolist() == [0, 0, 0, 0] and out.argmax(1).tolist() == [0, 0, 1, 1]
+
+
+def test_labeler_options_are_checked_in_one_line():
+    with pytest.raises(FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned"):
+        config_from_dict({"pseudo_args": {"labeler": "knn"}})
+    with pytest.raises(FesError, match=r"pseudo_args.per_pass_fraction must be in \[0, 1\]"):
+        config_from_dict({"pseudo_args": {"per_pass_fraction": 1.5}})
+
+
+@pytest.mark.parametrize("labeler", ["contextual", "aligned"])
+def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_inference(
+    tmp_path, tiny_model_dir, labeler
+):
+    """per_pass_fraction: each labeling client keeps that share of its pool (at least one); the
+    contextual labeler's content-free inputs are inferred on the client too, so they are counted."""
+    summary, run_dir = _run(
+        tmp_path,
+        tiny_model_dir,
+        "fedfsl",
+        pseudo_args={"label_clients": 3, "per_pass_fraction": 0.25, "labeler": labeler, "soft_labels": True},
+    )
+    assert summary["status"] == "completed"
+    from fedml_fes.data.federated import build_federated_data
+
+    data = build_federated_data(config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text())))[0]
+    pools = {c.client_id: len(c.unlabeled) for c in data.clients}
+    extra = len(CONTENT_FREE) if labeler == "contextual" else 0
+    passes = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r["label_clients"]]
+    assert passes
+    for r in passes:
+        ids = [int(c) for c in r["label_clients"].split()]
+        assert int(r["pseudo_labeled"]) == sum(max(1, -(-pools[c] // 4)) for c in ids)
+        assert int(r["inferred"]) == sum(pools[c] + extra for c in ids)
+    stored = [json.loads(p.read_text()) for p in (run_dir / "clients").glob("*/pseudo_labels.json")]
+    assert stored and all(np.allclose(np.sum(s["probs"], axis=1), 1.0, atol=1e-4) for s in stored)
+
+
+def test_word_dropout_is_seeded_keeps_a_word_and_is_off_at_zero():
+    import torch
+
+    from fedml_fes.pseudo.augment import drop_words
+
+    texts = ["one two three four five six seven eight", "single", "a b"]
+    assert drop_words(texts, 0.0, torch.Generator().manual_seed(0)) == texts
+    a = drop_words(texts, 0.5, torch.Generator().manual_seed(0))
+    assert a == drop_words(texts, 0.5, torch.Generator().manual_seed(0))  # the seed decides
+    assert a != texts and a[1] == "single"
+    assert all(set(x.split()) <= set(t.split()) and x for x, t in zip(a, texts))
+    almost_all = drop_words(texts, 0.999, torch.Generator().manual_seed(1))
+    assert all(len(x.split()) >= 1 for x in almost_all)
+    with pytest.raises(FesError, match=r"pseudo_args.augment_word_dropout must be in \[0, 1\)"):
+        config_from_dict({"pseudo_args": {"augment_word_dropout": 1.0}})
+
+
+def test_fedfsl_trains_on_augmented_pseudo_labels(tmp_path, tiny_model_dir, monkeypatch):
+    """The pass labels the clean text; training sees the pseudo-labeled texts with words dropped
+    (the gold texts as they are)."""
+    from fedml_fes.runtime import methods
+
+    seen: list[list[str]] = []
+    real = methods.train_examples
+
+    def spy(model, adapter, texts_a, *args, **kwargs):
+        seen.append(list(texts_a))
+        return real(model, adapter, texts_a, *args, **kwargs)
+
+    monkeypatch.setattr(methods, "train_examples", spy)
+    summary, run_dir = _run(
+        tmp_path,
+        tiny_model_dir,
+        "fedfsl",
+        pseudo_args={"label_clients": 3, "per_pass": 10, "augment_word_dropout": 0.5},
+    )
+    assert summary["status"] == "completed"
+    from fedml_fes.data.federated import build_federated_data
+
+    data = build_federated_data(config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text())))[0]
+    pool = {t for c in data.clients for t in c.unlabeled.texts}
+    gold = {t for c in data.clients for t in c.gold_texts}
+    trained = [t for batch in seen for t in batch]
+    assert gold & set(trained)  # gold texts untouched
+    shortened = [t for t in trained if t not in pool and t not in gold]
+    assert shortened  # pseudo-labeled texts arrive with words dropped

@@ -196,7 +196,9 @@ def test_fedcls_killed_from_outside_resumes_to_the_same_metrics(tmp_path, tiny_m
     done = load_checkpoint(run_dir)["round"]
     assert 0 <= done < 4
 
-    out = _main(common + ["--resume"], capsys)
+    # continued from the run folder's own config.yaml (every section, split_args at its defaults)
+    own = ["run", "--cf", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--no-progress"]
+    out = _main(own + ["--resume"], capsys)
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"resuming after round {done} of 5" in out.stdout
     _assert_same_run(whole, run_dir)

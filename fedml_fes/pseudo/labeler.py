@@ -4,11 +4,40 @@ Every pass relabels the client's whole pool with the current global model (label
 earlier passes are replaced), then keeps the `target` most confident predictions, optionally
 above a confidence threshold and under per-class quotas. Quotas come from the client's gold
 labels or from the predicted distribution, never from hidden truth (the client has none).
+
+Before selection a pass may correct the model's label bias (`pseudo_args.labeler`): a small LM
+prefers some verbalizer words whatever the text says, and self-training on its most confident
+answers repeats that preference. `contextual` divides each prediction by the model's answer to
+content-free inputs (Zhao et al., "Calibrate Before Use", ICML 2021): a bias of the model, not
+of the client's data, so it holds on a skewed pool. `aligned` divides by the pool's own mean
+prediction (ReMixMatch's distribution alignment to a uniform prior): it also removes the
+client's true skew, which a non-IID pool has.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+LABELERS = ("paper", "contextual", "aligned")
+# Zhao et al.'s content-free inputs: the pattern filled with no content
+CONTENT_FREE = ("N/A", "", "[MASK]")
+
+
+def correct_bias(probs: np.ndarray, labeler: str, reference: np.ndarray | None = None) -> np.ndarray:
+    """`probs` (N x C) with the label bias divided out, renormalised; `reference` is the model's
+    mean distribution on CONTENT_FREE inputs (labeler `contextual`). `paper`: unchanged."""
+    if labeler == "paper" or len(probs) == 0:
+        return probs
+    if labeler == "contextual":
+        if reference is None:
+            raise ValueError("labeler 'contextual' needs the content-free reference distribution")
+        prior = np.asarray(reference, dtype=np.float64).reshape(-1)
+    elif labeler == "aligned":
+        prior = probs.mean(axis=0, dtype=np.float64)
+    else:
+        raise ValueError(f"unknown labeler '{labeler}' (known: {', '.join(LABELERS)})")
+    scaled = probs / np.clip(prior, 1e-12, None)
+    return (scaled / scaled.sum(axis=1, keepdims=True)).astype(probs.dtype)
 
 
 def class_quotas(target: int, shares: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ Adding a method does not touch the transports. Registered by `train_args.method`
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,9 @@ from ..pretrain.source import resolve_mlm_path
 from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
+from ..pseudo.augment import drop_words
 from ..pseudo.filtering import ProxyEmbedder, cached_order
-from ..pseudo.labeler import select_pseudo
+from ..pseudo.labeler import CONTENT_FREE, correct_bias, select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import KINDS as ADAPTER_KINDS
@@ -234,7 +236,7 @@ class FewShot:
         if pseudo is not None and len(pseudo):
             where = {e: i for i, e in enumerate(client.unlabeled.example_ids)}
             rows = [where[e] for e in pseudo.example_ids]
-            texts_a += [client.unlabeled.texts[i] for i in rows]
+            texts_a += drop_words([client.unlabeled.texts[i] for i in rows], cfg.pseudo.augment_word_dropout, generator)
             texts_b += [pool_b[i] if pool_b else None for i in rows]
             soft = cfg.pseudo.soft_labels and pseudo.probs
             targets.append(
@@ -271,11 +273,12 @@ class FewShot:
         if not len(pool):
             return previous, 0
         p = cfg.pseudo
-        target = (
-            budget_target(len(pool), float(options["fraction"]))
-            if "fraction" in options
-            else min(p.per_pass, len(pool))
-        )
+        if "fraction" in options:
+            target = budget_target(len(pool), float(options["fraction"]))
+        elif p.per_pass_fraction > 0:
+            target = budget_target(len(pool), p.per_pass_fraction)
+        else:
+            target = min(p.per_pass, len(pool))
         method = self.filter_method(cfg)
         if method == "none":
             candidates = np.arange(len(pool))
@@ -294,15 +297,21 @@ class FewShot:
             size = max(target, math.ceil(round(len(pool) * candidate_fraction(cfg), 9)))
             candidates = np.sort(order[: min(len(pool), size)])
         texts_b = _texts_b(pool)
-        probs = predict_proba(
+        infer = functools.partial(
+            predict_proba,
             model,
             self.adapter,
-            [pool.texts[i] for i in candidates],
-            [texts_b[i] for i in candidates] if texts_b else None,
             batch_size=cfg.train.eval_batch_size,
             device=device,
             autocast=autocast_for(cfg.common.precision, device),
         )
+        probs = infer([pool.texts[i] for i in candidates], [texts_b[i] for i in candidates] if texts_b else None)
+        inferred = len(candidates)
+        reference = None
+        if p.labeler == "contextual":  # the model's answer to no content: its label bias
+            reference = infer(list(CONTENT_FREE), [""] * len(CONTENT_FREE) if texts_b else None).mean(axis=0)
+            inferred += len(CONTENT_FREE)
+        probs = correct_bias(probs, p.labeler, reference)
         keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
         labels = PseudoLabels(
             example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
@@ -310,7 +319,7 @@ class FewShot:
             probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
             passes=previous.passes + 1,
         )
-        return labels, len(candidates)
+        return labels, inferred
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(

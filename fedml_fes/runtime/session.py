@@ -106,13 +106,17 @@ class ServerSession:
         )
         from ..precision import describe_device
 
+        initial = self._initial()
+        warning = below_start_warning(initial, self._final(), self.job.method.primary_metric)
         summary = self.recorder.finish(
             "completed",
             runtime=self.runtime,
             run_dir=str(self.run_dir),
-            initial=self._initial(),
+            initial=initial,
             test=self._test(),
             device=describe_device(self.job.device, self.job.cfg.common.precision),
+            below_start=warning is not None,
+            **({"warning": warning} if warning else {}),
             **extra,
         )
         self.closed = True
@@ -155,6 +159,18 @@ class ServerSession:
         key = self.job.method.primary_metric
         scored = [r[key] for r in self.recorder.rows if r.get(key) == r.get(key)]
         return scored[-1] if scored else None
+
+
+def below_start_warning(initial: dict[str, Any], final: float | None, metric: str) -> str | None:
+    """One line when training ended below the model it started from (the untrained prompt model
+    is a baseline of its own: skewed gold labels can pull a good prior down); else None."""
+    start = initial.get(metric)
+    if not isinstance(final, (int, float)) or not isinstance(start, (int, float)) or final >= start:
+        return None
+    return (
+        f"the run ended below its own start: {metric} {final:.4f} after training < {start:.4f} before "
+        f"round 0 (summary.json initial); training made this model worse"
+    )
 
 
 def summary_from_checkpoint(

@@ -90,7 +90,7 @@ def _bench_args(raw: Any, source: str) -> BenchArgs:
     for key in ("methods", "seeds", "targets"):
         if not isinstance(getattr(args, key), list):
             raise FesError(f"{source}: bench_args.{key} must be a list, got {getattr(args, key)!r}")
-    bad = [m for m in args.methods + args.targets if m not in METHODS or m == "fedbert_mlm"]
+    bad = [m for m in args.methods + args.targets if split_variant(m)[0] not in METHODS or m == "fedbert_mlm"]
     if bad:
         raise FesError(
             f"{source}: bench_args method '{bad[0]}' is not a few-shot method "
@@ -103,7 +103,7 @@ def _bench_args(raw: Any, source: str) -> BenchArgs:
     if not isinstance(args.method_overrides, Mapping):
         raise FesError(f"{source}: bench_args.method_overrides must map a method to section.key: value")
     for m, changes in args.method_overrides.items():
-        if m not in METHODS and m != FULL_LABEL:
+        if split_variant(m)[0] not in METHODS and m != FULL_LABEL:
             raise FesError(f"{source}: bench_args.method_overrides names unknown method '{m}'")
         if not isinstance(changes, Mapping) or any("." not in str(k) for k in changes):
             raise FesError(f"{source}: bench_args.method_overrides.{m} must map section.key to a value")
@@ -134,10 +134,21 @@ def load_bench(
     return plan
 
 
+def split_variant(name: str) -> tuple[str, str | None]:
+    """A run name's method and labeler: `fedfsl@paper` is FedFSL with `pseudo_args.labeler: paper`,
+    a row beside the shared config's own `fedfsl`; a plain method name has no labeler of its own."""
+    method, _, labeler = name.partition("@")
+    return method, (labeler or None)
+
+
 def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:
-    """The config of one run: the base, this method and seed, and the method's overrides."""
+    """The config of one run: the base, this method (or `method@labeler` variant) and seed, and
+    the method's overrides."""
     raw = copy.deepcopy(plan.raw)
-    raw.setdefault("train_args", {})["method"] = "fedcls" if method == FULL_LABEL else method
+    base, labeler = split_variant(method)
+    raw.setdefault("train_args", {})["method"] = "fedcls" if method == FULL_LABEL else base
+    if labeler is not None:
+        raw.setdefault("pseudo_args", {})["labeler"] = labeler
     raw.setdefault("common_args", {})["random_seed"] = seed
     apply_overrides(raw, plan.args.method_overrides.get(method) or {}, plan.source)
     if method == FULL_LABEL:  # every training example is a gold label, spread over all clients

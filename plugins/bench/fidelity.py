@@ -17,8 +17,9 @@ or per-seed tuning.
     <results>/fidelity.csv, fidelity.md      one row per run; the tables and the done-checks
 
 Resumable as `fedml-fes bench` is (plugins/bench/runner.py's helpers): a finished run (summary.json
-`completed`, same config) is skipped, a run that failed or was interrupted is set aside in
-`.partial/` and run again. The MLM head is built once, before any run starts. With --jobs N,
+`completed`, same config) is skipped, a run that failed or was interrupted continues from its
+last checkpoint (as `fedml-fes run --resume`: the same rows), and one without a checkpoint or made
+with another config is set aside in `.partial/` and run again. The MLM head is built once, before any run starts. With --jobs N,
 N runs go at once, each in its own process with one torch thread. The CSV and the report are
 rebuilt from the run folders alone (--report-only); emulated hours come from the project's
 cost model (fedml_fes/cost, as the bench report computes them) on the Jetson TX2 profile.
@@ -49,15 +50,27 @@ from fedml_fes_plugins.bench.config import BenchPlan, load_bench, run_config
 
 Echo = Callable[[str], None]
 
-METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fes")
+METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes")
+CHECKED = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fes")  # check (b) needs each of these
+ZERO_SHOT = "zero_shot"  # the untrained prompt model on the same test texts: a row, not a run
 LABELS = {
+    ZERO_SHOT: "Zero-shot",
     "fedcls": "FedCLS",
     "prompt_only": "Prompt-only",
     "pseudo_only": "Pseudo-only",
     "fedfsl": "FedFSL",
+    "fedfsl_bias": "FedFSL-BIAS",
     "fes": "FeS",
 }
 SEEDS = (0, 1, 2)
+
+
+def label_of(variant: str) -> str:
+    """A row's name in the report: `fedfsl` -> FedFSL, `fedfsl@paper` -> FedFSL (paper labeler)."""
+    method, _, labeler = variant.partition("@")
+    return LABELS.get(method, method) + (f" ({labeler} labeler)" if labeler else "")
+
+
 DEFAULT_CF = "run_configs/fidelity.yaml"
 DEFAULT_OUT = "runs/fidelity"
 DEFAULT_RESULTS = "benchmarks/results"
@@ -68,6 +81,9 @@ COLUMNS = (
     "accuracy",
     "majority_rate",
     "pseudo_labels",
+    "labeler",
+    "pseudo_precision",
+    "start_accuracy",
     "bytes_up",
     "emulated_hours",
     "model",
@@ -75,6 +91,7 @@ COLUMNS = (
 )
 DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devices/jetson_tx2.yaml)
 ACC_SLACK = 0.01  # (a): FeS >= FedFSL - 0.01
+PSEUDO_GAIN = 0.01  # (e): FedFSL >= Prompt-only + 0.01
 TRAFFIC_RATIO = 1000.0  # (d): FeS uploads <= FedFSL's / 1000
 # keys that name where things go, not what a run computes: a finished run stays valid when they move
 PATH_KEYS = (
@@ -139,6 +156,7 @@ DATASET_FILE_KEYS = {
 VARYING_KEYS = {
     *(f"{sec}.{k}" for sec, keys in DATASET_FILE_KEYS.items() for k in keys),
     "train_args.method",
+    "pseudo_args.labeler",  # a method@labeler row's one change; the CSV's labeler column
     "common_args.random_seed",
     *PATH_KEYS,
 }
@@ -501,18 +519,35 @@ def _result_line(p: Pending, status: dict) -> str:
     return f"{p.tag}: {status.get('status')}, {acc}, {status.get('seconds', 0):.0f} s{err}"
 
 
+def resumable(p: Pending, echo: Echo) -> bool:
+    """Whether a stopped run continues from its checkpoint (the rounds it finished are kept, as
+    `fedml-fes run --resume` keeps them); a run with no checkpoint, or one the config no longer
+    matches, is set aside in `.partial/` and starts again."""
+    from fedml_fes.runtime.checkpoint import check_resume
+    from fedml_fes_plugins.bench.runner import _set_aside
+
+    if not p.run_dir.exists():
+        return False
+    try:
+        state = check_resume(p.cfg, p.run_dir)
+    except FesError:
+        _set_aside(p.run_dir, echo)
+        return False
+    echo(f"{p.tag}: continuing after round {state['round']} of {state['num_rounds']} from its checkpoint")
+    return True
+
+
 def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     """Run every pending run; returns the tags of those that did not complete."""
-    from fedml_fes_plugins.bench.runner import BenchInterrupted, _set_aside
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
 
     failed: list[str] = []
     if jobs == 1:
         for i, p in enumerate(todo, 1):
-            if p.run_dir.exists():
-                _set_aside(p.run_dir, echo)
+            resume = resumable(p, echo)
             echo(f"[{i}/{len(todo)}] {p.tag}")
             try:
-                status = run_job(p.cfg, str(p.run_dir), p.tag)
+                status = run_job(p.cfg, str(p.run_dir), p.tag, resume)
             except KeyboardInterrupt:
                 raise BenchInterrupted(
                     f"fidelity interrupted during {p.tag}; finished runs are kept in "
@@ -526,15 +561,20 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     return _run_parallel(todo, jobs, echo)
 
 
-def run_job(cfg: FesConfig, run_dir: str, tag: str) -> dict[str, Any]:
-    """One run, in this process; its test-set class counts go beside it (the majority-class rate)."""
+def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dict[str, Any]:
+    """One run (or the rest of a checkpointed one, `resume`), in this process; its test-set class
+    counts go beside it (the majority-class rate)."""
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     start = time.time()
     try:
         summary = run_in_process(
-            cfg, make_run_dir(cfg, run_dir), progress=False, echo=lambda line: print(f"  [{tag}] {line}", flush=True)
+            cfg,
+            make_run_dir(cfg, run_dir),
+            progress=False,
+            echo=lambda line: print(f"  [{tag}] {line}", flush=True),
+            resume=resume,
         )
     except FesError as e:
         return {"status": "failed", "error": str(e), "seconds": time.time() - start}
@@ -555,9 +595,9 @@ def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
             item = tasks.get()
             if item is None:
                 return
-            key, cfg, run_dir, tag = item
+            key, cfg, run_dir, tag, resume = item
             try:
-                results.put((key, run_job(cfg, run_dir, tag)))
+                results.put((key, run_job(cfg, run_dir, tag, resume)))
             except Exception as e:  # noqa: BLE001 (anything unexpected: one line, the run is redone next time)
                 results.put((key, {"status": "failed", "error": f"{type(e).__name__}: {e}"}))
     except KeyboardInterrupt:  # the run (if any) has marked itself interrupted
@@ -569,7 +609,7 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     import multiprocessing as mp
     import queue as queue_mod
 
-    from fedml_fes_plugins.bench.runner import BenchInterrupted, _set_aside
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
 
     ctx = mp.get_context("spawn")  # no fork after torch has started threads
     results = ctx.Queue()
@@ -587,11 +627,10 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
             for w in workers:
                 if w["job"] is None and waiting:
                     i, p = waiting.popleft()
-                    if p.run_dir.exists():
-                        _set_aside(p.run_dir, echo)
+                    resume = resumable(p, echo)
                     echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
                     w["job"] = (i, p, time.time())
-                    w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag))
+                    w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag, resume))
             try:
                 key, status = results.get(timeout=5)
             except queue_mod.Empty:
@@ -627,7 +666,7 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
                 w["proc"].kill()
         raise BenchInterrupted(
             f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
-            f"are kept (interrupted ones are set aside and redone); run the same command "
+            f"are kept (interrupted ones continue from their last checkpoint); run the same command "
             f"again to resume"
         ) from None
     for w in workers:
@@ -755,19 +794,31 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
         except ValueError:
             return 0.0
 
+    metric = summary.get("primary_metric", "test_acc")
     accuracy = summary.get("final")
     if accuracy is None:  # the last evaluated round's accuracy
-        scored = [r for r in rows if r.get(summary.get("primary_metric", "test_acc")) not in (None, "")]
-        accuracy = num(scored[-1], summary.get("primary_metric", "test_acc")) if scored else float("nan")
+        scored = [r for r in rows if r.get(metric) not in (None, "")]
+        accuracy = num(scored[-1], metric) if scored else float("nan")
+    start = (summary.get("initial") or {}).get(metric)
+    from fedml_fes.runtime.methods import get_method
+
+    pseudo = getattr(get_method(cfg.train.method), "uses_pseudo", False)
+    labeled = [(num(r, "pseudo_labeled"), num(r, "pseudo_acc")) for r in rows if r.get("pseudo_acc") not in (None, "")]
+    weight = sum(n for n, _ in labeled)
     # the dataset is the run's folder, <out>/<dataset>/runs/<method>-s<seed>: a built-in's name or a
     # dataset file's stem (two files of custom data share data_args.dataset)
     return {
         "dataset": run_dir.parent.parent.name,
         "seed": cfg.common.random_seed,
         "method": cfg.train.method,
+        "variant": run_dir.name.rsplit("-s", 1)[0],  # the run's name: a method or method@labeler
         "accuracy": float(accuracy),
         "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
         "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
+        "labeler": cfg.pseudo.labeler if pseudo else "",
+        # pseudo labels right (the evaluator's count against the hidden truth), over all passes
+        "pseudo_precision": sum(n * a for n, a in labeled) / weight if weight else float("nan"),
+        "start_accuracy": float(start) if isinstance(start, (int, float)) else float("nan"),
         "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
         "emulated_hours": emulated_hours(run_dir, cfg),
         "model": cfg.model.model,
@@ -778,20 +829,59 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
     }
 
 
+def zero_shot_row(run: dict[str, Any]) -> dict[str, Any]:
+    """The untrained prompt model's row, from a prompt run's own start (summary.json `initial`: the
+    same test texts, before round 0): no training, no upload, no emulated time."""
+    return {
+        **run,
+        "method": ZERO_SHOT,
+        "variant": ZERO_SHOT,
+        "accuracy": run["start_accuracy"],
+        "pseudo_labels": 0,
+        "labeler": "",
+        "pseudo_precision": float("nan"),
+        "bytes_up": 0,
+        "emulated_hours": 0.0,
+    }
+
+
+def _order(r: dict[str, Any]) -> tuple:
+    methods = (ZERO_SHOT, *METHODS)
+    base = variant_of(r).partition("@")[0]
+    rank = methods.index(base) if base in methods else len(methods)
+    dorder = {d: i for i, d in enumerate(KNOWN)}
+    return (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], rank, variant_of(r))
+
+
+def variant_of(row: dict[str, Any]) -> str:
+    """What a row is reported as: its method, or method@labeler for a labeler's own row."""
+    return row.get("variant") or row["method"]
+
+
 def collect_rows(out: Path) -> list[dict[str, Any]]:
-    """Every completed run folder under <out>/<dataset>/runs/, in dataset, seed, method order."""
+    """Every completed run folder under <out>/<dataset>/runs/, in dataset, seed, method order, with
+    a zero-shot row per dataset and seed (from its Prompt-only run, else any prompt run's start)."""
+    from fedml_fes.runtime.methods import get_method
+
     rows = []
     for rd in sorted(Path(out).glob("*/runs/*-s*")):
         if rd.is_dir():
             row = run_row(rd)
             if row is not None:
                 rows.append(row)
-    order = {m: i for i, m in enumerate(METHODS)}
-    dorder = {d: i for i, d in enumerate(KNOWN)}
-    rows.sort(
-        key=lambda r: (dorder.get(r["dataset"], 99), r["dataset"], r["seed"], order.get(r["method"], 99), r["method"])
-    )
+    starts: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r["method"] != "prompt_only"):
+        prompt = getattr(get_method(r["method"]), "prompt", False)
+        if prompt and not math.isnan(r["start_accuracy"]):
+            starts.setdefault((r["dataset"], r["seed"]), r)
+    rows += [zero_shot_row(r) for r in starts.values()]
+    rows.sort(key=_order)
     return rows
+
+
+def below_start(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs that ended below their own starting accuracy: training made the model worse."""
+    return [r for r in rows if r["method"] != ZERO_SHOT and r["accuracy"] < r.get("start_accuracy", float("nan"))]
 
 
 # ---- statistics and the done-checks ---------------------------------------------------------
@@ -807,6 +897,7 @@ class Cell:
     bytes_up: float
     pseudo_labels: float
     hours: float
+    precision: float = float("nan")  # pseudo labels right, mean over seeds
 
 
 @dataclass(frozen=True)
@@ -831,8 +922,8 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Cell]], d
         mine = [r for r in rows if r["dataset"] == d]
         majority[d] = _mean([r["majority_rate"] for r in mine])
         cells[d] = {}
-        for m in dict.fromkeys(r["method"] for r in mine):
-            rs = [r for r in mine if r["method"] == m]
+        for m in dict.fromkeys(map(variant_of, mine)):
+            rs = [r for r in mine if variant_of(r) == m]
             accs = [r["accuracy"] for r in rs]
             cells[d][m] = Cell(
                 {r["seed"]: r["accuracy"] for r in rs},
@@ -841,12 +932,13 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Cell]], d
                 _mean([float(r["bytes_up"]) for r in rs]),
                 _mean([float(r["pseudo_labels"]) for r in rs]),
                 _mean([r["emulated_hours"] for r in rs]),
+                _mean([r.get("pseudo_precision", float("nan")) for r in rs]),
             )
     return cells, majority
 
 
 def _need(cells: dict[str, Cell], dataset: str, methods: tuple[str, ...]) -> str | None:
-    missing = [LABELS.get(m, m) for m in methods if m not in cells]
+    missing = [label_of(m) for m in methods if m not in cells]
     return f"{dataset}: no completed run of {', '.join(missing)}" if missing else None
 
 
@@ -896,11 +988,11 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
 
     lines, ok = [], bool(datasets)  # (b)
     for d in datasets:
-        miss = _need(cells[d], d, METHODS)
+        miss = _need(cells[d], d, CHECKED)
         if miss:
             lines.append(miss)
             ok = False
-        below = [f"{LABELS.get(m, m)} {c.mean:.4f}" for m, c in cells[d].items() if not c.mean > majority[d]]
+        below = [f"{label_of(m)} {c.mean:.4f}" for m, c in cells[d].items() if not c.mean > majority[d]]
         ok &= not below
         lowest = min(cells[d].items(), key=lambda mc: mc[1].mean)
         lines.append(
@@ -908,7 +1000,7 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
             + (
                 f"at or below it: {', '.join(below)} (NOT met)"
                 if below
-                else f"lowest method {LABELS.get(lowest[0], lowest[0])} {lowest[1].mean:.4f} (met)"
+                else f"lowest method {label_of(lowest[0])} {lowest[1].mean:.4f} (met)"
             )
         )
     out.append(
@@ -953,6 +1045,33 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
     out.append(
         Check("d", f"FeS bytes_up <= FedFSL bytes_up / {TRAFFIC_RATIO:,.0f} (per dataset, means over seeds)", ok, lines)
     )
+    for key, method, gain in (("e", "fedfsl", PSEUDO_GAIN), ("f", "fes", 0.0)):  # unlabeled data pays
+        lines, count = [], 0
+        for d in datasets:
+            miss = _need(cells[d], d, (method, "prompt_only"))
+            if miss:
+                lines.append(miss)
+                continue
+            a, prm = cells[d][method], cells[d]["prompt_only"]
+            good = a.mean >= prm.mean + gain - 1e-12
+            count += good
+            lines.append(
+                f"{d}: {label_of(method)} {a.mean:.4f} vs Prompt-only {prm.mean:.4f}"
+                + (f" + {gain}" if gain else "")
+                + f" ({paired_difference(a, prm)}; {'holds' if good else 'does not hold'})"
+            )
+        claim = f"{label_of(method)} mean >= Prompt-only" + (f" + {gain}" if gain else "")
+        out.append(Check(key, f"{claim} on at least two datasets", count >= 2, [f"holds on {count}"] + lines))
+    lines, ok = [], False  # (g): only where the paper's labeling ran beside the shared config's
+    for d in datasets:
+        for m in ("fedfsl", "fes", "pseudo_only"):
+            if m in cells[d] and f"{m}@paper" in cells[d]:
+                mine, paper = cells[d][m].precision, cells[d][f"{m}@paper"].precision
+                good = mine > paper
+                ok = good if not lines else ok and good
+                lines.append(f"{d} {label_of(m)}: {_pct(mine)}% vs {_pct(paper)}% ({'met' if good else 'NOT met'})")
+    if lines:
+        out.append(Check("g", "the shared labeler's pseudo labels are more often right than the paper's", ok, lines))
     return out
 
 
@@ -1085,7 +1204,7 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     expected = len(matrix) * len(METHODS) * len(SEEDS)
     lines += [
         "",
-        f"Completed runs: {len(rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
+        f"Completed runs: {sum(r['method'] != ZERO_SHOT for r in rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
         f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))}).",
     ]
     if held:
@@ -1102,18 +1221,34 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     ]
     if cells:
         names = list(cells)
-        ordered = [m for m in METHODS if any(m in cells[d] for d in names)]
-        ordered += list(dict.fromkeys(m for d in names for m in cells[d] if m not in ordered))  # each once
+        ordered = list(dict.fromkeys(variant_of(r) for r in sorted(rows, key=lambda r: _order(r)[3:])))
         lines += ["## Mean accuracy (%)", "", "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         for m in ordered:
             lines.append(
-                f"| {LABELS.get(m, m)} | "
+                f"| {label_of(m)} | "
                 + " | ".join(
                     f"{_pct(cells[d][m].mean)} ± {_pct(cells[d][m].std)}" if m in cells[d] else "-" for d in names
                 )
                 + " |"
             )
         lines += ["| majority class | " + " | ".join(_pct(majority[d]) for d in names) + " |", ""]
+    worse = below_start(rows)
+    lines += [
+        "## Runs that ended below their own start",
+        "",
+        (
+            "None: every run ended at or above its untrained model's accuracy (the zero-shot row for prompt methods)."
+            if not worse
+            else "Training made these runs worse than the model they started from: "
+            + "; ".join(
+                f"{r['dataset']} {label_of(variant_of(r))} seed {r['seed']} "
+                f"{_pct(r['accuracy'])}% < {_pct(r['start_accuracy'])}%"
+                for r in worse
+            )
+            + "."
+        ),
+        "",
+    ]
     lines += ["## Done-checks", ""]
     for c in checks(rows):
         lines.append(f"- ({c.key}) {c.claim}: **{'met' if c.met else 'NOT met'}**")
@@ -1130,23 +1265,22 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
             "",
             "| method | accuracy | "
             + " | ".join(f"seed {s}" for s in seeds)
-            + " | pseudo labels | upload (bytes) | TX2 h |",
-            "|---|---|" + "---|" * len(seeds) + "---|---|---|",
+            + " | pseudo labels | right (%) | upload (bytes) | TX2 h |",
+            "|---|---|" + "---|" * len(seeds) + "---|---|---|---|",
         ]
-        order = [m for m in METHODS if m in by_method] + [m for m in by_method if m not in METHODS]
-        for m in order:
+        for m in by_method:  # rows arrive in report order (collect_rows)
             c = by_method[m]
             per = " | ".join(_pct(c.per_seed[s]) if s in c.per_seed else "-" for s in seeds)
             lines.append(
-                f"| {LABELS.get(m, m)} | {_pct(c.mean)} ± {_pct(c.std)} | {per} | {c.pseudo_labels:,.0f} | "
-                f"{c.bytes_up:,.0f} | {c.hours:.4g} |"
+                f"| {label_of(m)} | {_pct(c.mean)} ± {_pct(c.std)} | {per} | {c.pseudo_labels:,.0f} | "
+                f"{_pct(c.precision)} | {c.bytes_up:,.0f} | {c.hours:.4g} |"
             )
         lines.append(
             f"| majority class | {_pct(majority[d])} | "
             + " | ".join(
                 _pct(_mean([r["majority_rate"] for r in rows if r["dataset"] == d and r["seed"] == s])) for s in seeds
             )
-            + " | | | |"
+            + " | | | | |"
         )
         golds = {r["seed"]: r["_gold"] for r in rows if r["dataset"] == d and r.get("_gold")}
         if golds:

@@ -65,7 +65,14 @@ SHARED: dict[str, dict[str, Any]] = {
         "eval_batch_size": 64,
         "frequency_of_the_test": 1,
     },
-    "pseudo_args": {"start_round": 2, "label_every": 1, "label_clients": 3, "per_pass": 20, "soft_labels": True},
+    "pseudo_args": {
+        "start_round": 2,
+        "label_every": 1,
+        "label_clients": 3,
+        "per_pass_fraction": 0.083,
+        "labeler": "paper",
+        "soft_labels": True,
+    },
     "tuning_args": {
         "full_layers": 0,
         "bias_layers": -1,
@@ -221,14 +228,32 @@ def _row(method: str, run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+ZERO_SHOT = "Zero-shot"
+
+
+def _zero_shot_row(summary: dict[str, Any]) -> dict[str, Any]:
+    """The untrained prompt model on the same test texts (a prompt run's `initial`): the baseline
+    that training must beat; no upload, no emulated time."""
+    return {
+        "method": ZERO_SHOT,
+        "accuracy": (summary.get("initial") or {}).get("test_acc"),
+        "upload_bytes": 0,
+        "tx2_hours": 0.0,
+        "pseudo_labels": 0,
+        "wall_s": None,
+        "run_dir": "",
+    }
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'method':<8} {'accuracy':>8} {'upload':>12} {'TX2 hours':>10} {'pseudo labels':>13} {'wall':>7}"
+    head = f"{'method':<9} {'accuracy':>8} {'upload':>12} {'TX2 hours':>10} {'pseudo labels':>13} {'wall':>7}"
     lines = [head, "-" * len(head)]
     for r in rows:
         acc = f"{r['accuracy']:.3f}" if isinstance(r["accuracy"], (int, float)) else "-"
+        wall = f"{r['wall_s']:>6.0f}s" if r["wall_s"] is not None else f"{'-':>7}"
         lines.append(
-            f"{r['method']:<8} {acc:>8} {_bytes(r['upload_bytes']):>12} {r['tx2_hours']:>10.4f} "
-            f"{r['pseudo_labels']:>13} {r['wall_s'] or 0:>6.0f}s"
+            f"{r['method']:<9} {acc:>8} {_bytes(r['upload_bytes']):>12} {r['tx2_hours']:>10.4f} "
+            f"{r['pseudo_labels']:>13} {wall}"
         )
     return "\n".join(lines)
 
@@ -292,8 +317,12 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
         if summary.get("status") != "completed":
             raise FesError(f"{method} ended as {summary.get('status')}: {summary.get('error')} (files in {run_dir})")
         rows.append(_row(method, run_dir, summary))
+        if summary.get("warning"):
+            echo(f"warning: {LABELS[method]}: {summary['warning']}")
         if method == "fedcls":
             echo(_gold_note(run_dir))
+        if method != "fedcls" and not any(r["method"] == ZERO_SHOT for r in rows):
+            rows.insert(0, _zero_shot_row(summary))
     echo("")
     echo(_table(rows))
     if line := _comparison(rows):
@@ -303,7 +332,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
         w.writeheader()
         w.writerows(rows)
     plot = plot_runs(
-        {r["method"]: r["_curve"] for r in rows},
+        {r["method"]: r["_curve"] for r in rows if "_curve" in r},
         out / "demo.png",
         f"BBC News, 64 gold labels (skewed), {model}: accuracy vs emulated time and traffic",
         COLORS,

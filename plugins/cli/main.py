@@ -210,6 +210,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         if summary.get(k) is not None
     }
     print(json.dumps(keep, indent=2))
+    if summary.get("warning"):
+        print(f"warning: {summary['warning']}", file=sys.stderr)
 
 
 def _config(opts: argparse.Namespace) -> FesConfig:
@@ -220,9 +222,12 @@ def _config(opts: argparse.Namespace) -> FesConfig:
 def _refuse_split_config(opts: argparse.Namespace) -> None:
     """`run` / `mpirun` train train_args.method by FedAvg; a config written for split learning
     (it has a split_args section) would silently run that instead, so it is one line."""
-    from fedml_fes.config import read_sections
+    from fedml_fes.config import FesConfig, read_sections
 
-    if "split_args" in read_sections(opts.cf) or any(s.startswith("split_args.") for s in opts.set or ()):
+    # a run folder's config.yaml lists every section, split_args at its defaults: not a split config
+    split = read_sections(opts.cf).get("split_args")
+    defaults = FesConfig().to_dict()["split_args"]
+    if (split is not None and split != defaults) or any(s.startswith("split_args.") for s in opts.set or ()):
         raise FesError(
             f"{opts.cf} sets split_args: it is a split-learning config, run it with "
             f"`fedml-fes split --cf {opts.cf}` (add -np N for mpirun)"
