@@ -1,0 +1,52 @@
+"""Rewrite result files so that they record no path of the machine that made them.
+
+    .venv/bin/python benchmarks/portable_results.py benchmarks/results/fidelity_runs   # after copying run folders in
+    .venv/bin/python benchmarks/portable_results.py --check benchmarks/results docs   # list, change nothing
+
+Every absolute path in the text files below the given folders becomes what it names from the
+checkout's root (`/elsewhere/runs/fidelity` -> `runs/fidelity`, `/elsewhere/mpi/mpi_host_file`
+-> `mpi/mpi_host_file`) or, outside any checkout, `<data>/<its name>`
+(`fedml_fes_plugins.bench.paths`). A run folder copied in this way still rebuilds its report
+(`benchmarks/fidelity.py --report-only`); to resume it, pass the same --agnews-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedml_fes_plugins.bench.paths import machine_paths, portable_text
+
+SUFFIXES = (".json", ".yaml", ".yml", ".md", ".csv", ".txt")
+
+
+def text_files(folders: list[str]) -> list[Path]:
+    found = []
+    for folder in map(Path, folders):
+        found += [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("folders", nargs="+", help="result folders or files")
+    p.add_argument("--check", action="store_true", help="list the machine paths found; rewrite nothing")
+    opts = p.parse_args(argv)
+    found = 0
+    for path in text_files(opts.folders):
+        text = path.read_text()
+        paths = machine_paths(text)
+        if not paths:
+            continue
+        found += len(paths)
+        if opts.check:
+            print(f"{path}: {', '.join(sorted(set(paths)))}")
+        else:
+            path.write_text(portable_text(text))
+            print(f"{path}: {len(paths)} path(s) rewritten")
+    return 1 if opts.check and found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
