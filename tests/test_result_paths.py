@@ -90,3 +90,7 @@ def test_portable_results_rewrites_a_copied_run_folder(tmp_path):
     assert json.loads((run / "summary.json").read_text()) == {"run_dir": "runs/fidelity/agnews/runs/fedcls-s0"}
     check = subprocess.run([sys.executable, str(script), "--check", str(tmp_path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
+    # and back, for one machine: run folders copied out of the results resume under its data folder
+    (run / "config.yaml").write_text("data_args:\n  data_dir: <data>/agnews\n")
+    subprocess.run([sys.executable, str(script), "--data", str(tmp_path / "d"), str(tmp_path)], check=True)
+    assert (run / "config.yaml").read_text() == f"data_args:\n  data_dir: {(tmp_path / 'd').resolve()}/agnews\n"

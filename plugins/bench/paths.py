@@ -76,3 +76,9 @@ def machine_paths(text: str) -> list[str]:
 def portable_text(text: str, root: str | os.PathLike | None = None) -> str:
     """A result file's text with every machine path made portable (`benchmarks/portable_results.py`)."""
     return ABSOLUTE.sub(lambda m: portable_path(m.group(0), root), text)
+
+
+def local_text(text: str, data: str | os.PathLike) -> str:
+    """The reverse for one machine: `<data>/x` as `data`/x, so that run folders copied out of
+    the results resume under a command given that machine's data folders."""
+    return text.replace(f"{DATA}/", f"{Path(data).resolve().as_posix()}/")
