@@ -53,7 +53,11 @@ def main() -> None:
             f"{r['update_bytes']:,} | {r['peak_train_MB']:.1f} | {r['emulated_hours']:.4f} |"
         )
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+        from fedml_fes_plugins.bench.paths import portable_text
+
+        args.out.write_text(
+            portable_text(json.dumps(rows, indent=2), ROOT) + "\n"
+        )  # run folders from the checkout's root
 
 
 if __name__ == "__main__":

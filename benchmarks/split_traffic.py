@@ -182,7 +182,10 @@ def main() -> None:
         rows = [r for r in old["rows"] if key(r) not in {key(x) for x in rows}] + rows
         fedavg = {**old.get("fedavg_runtime", {}), **fedavg}
     opts.out.parent.mkdir(parents=True, exist_ok=True)
-    opts.out.write_text(json.dumps({"rows": rows, "fedavg_runtime": fedavg}, indent=2))
+    # run folders as paths from the checkout's root, never this machine's
+    from fedml_fes_plugins.bench.paths import portable_text
+
+    opts.out.write_text(portable_text(json.dumps({"rows": rows, "fedavg_runtime": fedavg}, indent=2), ROOT))
     print(f"wrote {opts.out}")
 
 

@@ -11,10 +11,8 @@ Gemma3, GPT-2, ...); `is_causal_lm` tells them apart from the config alone.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -28,11 +26,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
-from transformers.utils import logging as hf_logging
 
 from .config import OFFLINE_MINILM
 from .errors import FesError
 from .packaged_models import PACKAGED, gguf_model_path, packaged_model_path
+from .quiet import quiet_transformers
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -120,22 +118,6 @@ def max_positions(name: str) -> tuple[int | None, str]:
     if config.get("model_type") in _OFFSET_POSITIONS and isinstance(pad, int) and 0 <= pad < limit:
         limit -= pad + 1
     return limit, where
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence the 'newly initialized weights' report (new heads are expected here) and the
-    weight-loading bar, which would land in the middle of a run's round lines."""
-    before = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(before)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def _load(fn, name: str, **kwargs):

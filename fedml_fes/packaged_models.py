@@ -112,7 +112,7 @@ def dequantize_gguf(gguf: Path, out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .models import quiet_transformers
+    from .quiet import quiet_transformers
 
     if importlib.util.find_spec("gguf") is None:
         raise FesError("reading a GGUF file needs the package gguf (pip install gguf)")

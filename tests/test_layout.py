@@ -1,4 +1,4 @@
-"""The tree shows the architecture: plugins' subpackages import downwards only, and no product
+"""The tree shows the architecture: plugins' subpackages import downwards only, no import circle, no product
 file points at the developers' ../shared folder (a user does not have it)."""
 
 from __future__ import annotations
@@ -81,3 +81,54 @@ def test_one_fedml_trainer_and_aggregator_for_every_runtime():
     for rel in users:
         text = (PLUGINS / rel).read_text()
         assert "adapters.trainer import FesTrainer" in text or "adapters.aggregator import FesAggregator" in text, rel
+
+
+def _module_names() -> dict[str, Path]:
+    """Every product module by its import name (fedml_fes.x.y, fedml_fes_plugins.x.y)."""
+    names = {}
+    for package, folder in (("fedml_fes", REPO / "fedml_fes"), ("fedml_fes_plugins", PLUGINS)):
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: dict[str, Path]) -> set[str]:
+    if isinstance(node, ast.Import):
+        named = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            here = module.split(".")[: None if path.name == "__init__.py" else -1]
+            here = here[: len(here) - node.level + 1]
+            base = ".".join(here + ([node.module] if node.module else []))
+        named = [base] + [f"{base}.{a.name}" for a in node.names]
+    return {n for n in named if n in known and n != module and not module.startswith(n + ".")}
+
+
+def test_no_import_circle():
+    """No product module imports, directly or through others, a module that imports it (lazy
+    imports inside functions count: a circle is one job split in two places)."""
+    known = _module_names()
+    edges = {
+        m: set().union(
+            *(
+                _targets(m, p, n, known)
+                for n in ast.walk(ast.parse(p.read_text()))
+                if isinstance(n, ast.Import | ast.ImportFrom)
+            )
+        )
+        for m, p in known.items()
+    }
+    circles = []
+    for start in edges:  # a path from a module's imports back to itself
+        seen, todo = set(), list(edges[start])
+        while todo:
+            m = todo.pop()
+            if m == start:
+                circles.append(start)
+                break
+            if m not in seen:
+                seen.add(m)
+                todo += edges[m]
+    assert not circles, f"modules on an import circle: {sorted(circles)}"

@@ -47,6 +47,8 @@ from fedml_fes.config import FesConfig, add_set_argument, config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.pretrain.source import mlm_origin
 from fedml_fes_plugins.bench.config import BenchPlan, load_bench, run_config
+from fedml_fes_plugins.bench.paths import in_checkout as _in_checkout
+from fedml_fes_plugins.bench.paths import portable_command, portable_path
 
 Echo = Callable[[str], None]
 
@@ -264,7 +266,7 @@ def options_from(opts: argparse.Namespace, prog: str) -> FidelityOptions:
         overrides=parse_overrides(opts.set),
         report_only=opts.report_only,
     )
-    o.command = command_line(prog, opts)
+    o.command = portable_command(command_line(prog, opts))  # a result names no path of this machine
     return o
 
 
@@ -1075,21 +1077,6 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
     return out
 
 
-CHECKOUT_FOLDERS = ("run_configs", "mpi", "deploy", "benchmarks")
-
-
-def _in_checkout(value: Any) -> Any:
-    """A project file's path as it reads inside any checkout: runs made from another clone or
-    worktree (an absolute `/elsewhere/run_configs/x.yaml`) name the same file as
-    `run_configs/x.yaml`; anything else unchanged."""
-    if isinstance(value, str) and value.startswith("/"):
-        parts = Path(value).parts
-        for i, part in enumerate(parts):
-            if part in CHECKOUT_FOLDERS:
-                return "/".join(parts[i:])
-    return value
-
-
 def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
     """Config keys that differ between runs beyond the per-run and per-dataset ones (empty: one shared config)."""
     from fedml_fes.runtime.methods import inert_keys, is_inert
@@ -1307,5 +1294,5 @@ def report(o: FidelityOptions, echo: Echo = print) -> Path:
     results = Path(o.results)
     write_csv(rows, results / "fidelity.csv")
     md = results / "fidelity.md"
-    md.write_text(render(rows, o.command or "?", time.strftime("%Y-%m-%d %H:%M"), out, meta))
+    md.write_text(render(rows, o.command or "?", time.strftime("%Y-%m-%d %H:%M"), portable_path(str(out)), meta))
     return md

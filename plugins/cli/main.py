@@ -45,6 +45,12 @@ def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool 
         )
 
 
+def _add_mpirun_options(p: argparse.ArgumentParser, np_help: str, required: bool) -> None:
+    """-np and --hostfile, for the commands that launch mpirun (without -np, `split` runs in-process)."""
+    p.add_argument("-np", "--np", type=int, required=required, default=0, help=np_help)
+    p.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedml-fes", description="FeS: federated few-shot NLP on FedML.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -83,9 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         "logic and results as `run`. Full mpirun output goes to "
         "<run_dir>/mpirun.log.",
     )
-    mpi.add_argument("-np", "--np", type=int, required=True, help="processes: 1 server + N-1 client workers")
     mpi.add_argument("--cf", required=True, help="run config YAML")
-    mpi.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
+    _add_mpirun_options(mpi, "processes: 1 server + N-1 client workers", required=True)
     _add_common(mpi, dry_run=True, resume=True)
 
     split = sub.add_parser(
@@ -97,10 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the server body, ranks 1..N-1: clients).",
     )
     split.add_argument("--cf", required=True, help="run config YAML (split_args)")
-    split.add_argument(
-        "-np", "--np", type=int, default=0, help="run under mpirun with N processes (default: in-process)"
-    )
-    split.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
+    _add_mpirun_options(split, "run under mpirun with N processes (default: in-process)", required=False)
     _add_common(split)
 
     from fedml_fes_plugins.cli.bench import add_arguments as add_bench_arguments

@@ -25,7 +25,7 @@ import yaml
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cross_device.settings import STATS_FILE
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
-from fedml_fes_plugins.cross_silo.services import Service, child_env, start_mosquitto, start_s3, stop_process
+from fedml_fes_plugins.cross_silo.services import LocalRun, Service, start_mosquitto, start_s3
 
 DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
 FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
@@ -113,47 +113,32 @@ def run_local(
 ) -> dict[str, Any]:
     """Devices + FedML's cross-device server here; the run's summary with the transfer
     statistics under `cross_device`, or FesError with the one error line."""
-    from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_device.settings import check_transport
 
-    services: list[Service] = []
-    children: dict[str, Child] = {}
-    path = None
+    run = LocalRun()
     start = time.monotonic()
     deadline = start + timeout_s if timeout_s else None
     try:
-        path, effective, cfg, settings = _effective_config(config_path, overrides, run_dir, local_services, services)
+        path, effective, cfg, settings = _effective_config(
+            config_path, overrides, run_dir, local_services, run.services
+        )
+        run.path = path  # locked: `close` releases it
         check_transport(settings)
         if cfg.model.mlm_from:  # built (or found cached) before the devices load it; the import is FedML's 10 s
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
             ensure_mlm_build(cfg, echo)
-        env = child_env(path, cfg.common.torch_threads)
-        (path / "logs").mkdir(exist_ok=True)
-        lines: queue.Queue = queue.Queue()
+        run.prepare(cfg.common.torch_threads)
         base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
         for edge in settings.edge_ids:
-            children[f"device {edge}"] = Child(
-                f"device {edge}",
-                base + ["--role", "device", "--edge-id", str(edge)],
-                path / "logs" / f"device{edge}.log",
-                env,
-                lines,
-            )
+            run.start(Child, f"device {edge}", base + ["--role", "device", "--edge-id", str(edge)], f"device{edge}.log")
         # at once: whichever connects first, the other finds it (protocol.py: a device says ONLINE when it
         # has subscribed, the server asks every device when it has), so start-up costs the slowest load, not the sum
-        children["server"] = Child("server", base + ["--role", "server"], path / "logs" / "server.log", env, lines)
-        (path / "processes.json").write_text(
-            json.dumps({name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}, indent=2)
-        )
-        error = _supervise(children, lines, echo, deadline)
+        run.start(Child, "server", base + ["--role", "server"], "server.log")
+        run.write_pids()
+        error = _supervise(run.children, run.lines, echo, deadline)
     finally:
-        for child in children.values():
-            stop_process(child.proc)
-        for service in services:
-            service.stop()
-        if path is not None:
-            release_run_dir(path)
+        run.close()
     if error:
         raise FesError(error)
     summary = json.loads((path / "summary.json").read_text())

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from fedml_fes.config import add_set_argument
 from fedml_fes.errors import FesError, exit_status
+from fedml_fes_plugins.runtimes.rank import add_process_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,14 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="server (FedML's cross-device server) or device (an emulated phone)",
     )
     p.add_argument("--edge-id", type=int, default=None, help="device: its edge id, 1..comm_args.silo_num")
-    p.add_argument("--cf", required=True, help="run config YAML (comm_args.backend: MQTT_S3_MNN)")
-    p.add_argument(
-        "--run-dir",
-        default=None,
-        help="the run directory (server: default a new one under output_dir; devices: the server's, "
+    add_process_arguments(
+        p,
+        "run config YAML (comm_args.backend: MQTT_S3_MNN)",
+        "the run directory (server: default a new one under output_dir; devices: the server's, "
         "where the FeS clients' stores are)",
     )
-    add_set_argument(p)
 
 
 def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:

@@ -29,7 +29,7 @@ from fedml_fes_plugins.cross_silo.certs import broker_files, comm_keys, make_run
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
-from fedml_fes_plugins.cross_silo.services import Service, child_env, free_port, mqtt_acl, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import LocalRun, Service, free_port, mqtt_acl, start_mosquitto, start_s3
 from fedml_fes_plugins.cross_silo.tls import KEYS as TLS_KEYS
 
 SILO_GRACE_S = 15.0
@@ -153,21 +153,19 @@ def run_local(
     their devices to it); a completed run's summary is returned as it is."""
     from fedml_fes.config import parse_overrides
     from fedml_fes.runtime.job import check_before_run
-    from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
-    services: list[Service] = []
-    children: dict[str, Child] = {}
-    path = None
+    run = LocalRun()
     try:
         try:
             path, effective, cfg, settings = _prepare(
-                config_path, parse_overrides(overrides), run_dir, local_services, services, resume, tls
+                config_path, parse_overrides(overrides), run_dir, local_services, run.services, resume, tls
             )
         except AlreadyCompleted as done:
             echo(str(done))
             return json.loads((done.run_dir / "summary.json").read_text())
+        run.path = path  # locked: `close` releases it
         check_before_run(cfg)
         if settings.backend == "GRPC":
             for rank, peer in sorted(settings.grpc_peers.items()):
@@ -176,9 +174,7 @@ def run_local(
         else:
             preflight(settings, 0)
         ensure_mlm_build(cfg, echo)
-        env = child_env(path, cfg.common.torch_threads)
-        (path / "logs").mkdir(exist_ok=True)
-        lines: queue.Queue = queue.Queue()
+        run.prepare(cfg.common.torch_threads)
         base = [
             sys.executable,
             "-W",
@@ -189,32 +185,16 @@ def run_local(
             str(effective),
             "--tagged-output",
         ]
-        children["server"] = Child(
-            "server",
-            base + ["--role", "server", "--rank", "0", "--run-dir", str(path)] + (["--resume"] if resume else []),
-            path / "logs" / "server.log",
-            env,
-            lines,
-        )
+        server = base + ["--role", "server", "--rank", "0", "--run-dir", str(path)] + (["--resume"] if resume else [])
+        run.start(Child, "server", server, "server.log")
         for rank in settings.ranks:
-            children[f"silo{rank}"] = Child(
-                f"silo{rank}",
-                base + ["--role", "client", "--rank", str(rank), "--run-dir", str(path / "silos" / str(rank))],
-                path / "logs" / f"silo{rank}.log",
-                env,
-                lines,
-            )
-        pids = {name: c.proc.pid for name, c in children.items()} | {s.name: s.pid for s in services}
-        (path / "processes.json").write_text(json.dumps(pids, indent=2))
-        error = _supervise(children, lines, echo, timeout_s)
-        server_rc = children["server"].proc.returncode
+            silo = base + ["--role", "client", "--rank", str(rank), "--run-dir", str(path / "silos" / str(rank))]
+            run.start(Child, f"silo{rank}", silo, f"silo{rank}.log")
+        run.write_pids()
+        error = _supervise(run.children, run.lines, echo, timeout_s)
+        server_rc = run.children["server"].proc.returncode
     finally:
-        for child in children.values():
-            child.stop()
-        for service in services:
-            service.stop()
-        if path is not None:
-            release_run_dir(path)
+        run.close()
     if error or server_rc != 0:
         raise FesError(error or f"the server exited with code {server_rc} (see {path / 'logs' / 'server.log'})")
     return json.loads((path / "summary.json").read_text())

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from fedml_fes.config import add_set_argument
 from fedml_fes.errors import FesError, exit_status
+from fedml_fes_plugins.runtimes.rank import add_process_arguments
 
 TAG = "@fes "
 
@@ -27,14 +27,12 @@ TAG = "@fes "
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--role", required=True, choices=("server", "client"), help="server (rank 0) or client (a silo)")
     p.add_argument("--rank", required=True, type=int, help="0 for the server, 1..K for the silos")
-    p.add_argument("--cf", required=True, help="run config YAML (training_type: cross_silo)")
-    p.add_argument(
-        "--run-dir",
-        default=None,
-        help="this process's run directory; a silo keeps its devices' state there, so restart it "
+    add_process_arguments(
+        p,
+        "run config YAML (training_type: cross_silo)",
+        "this process's run directory; a silo keeps its devices' state there, so restart it "
         "on the same one (default: a new one under output_dir)",
     )
-    add_set_argument(p)
     p.add_argument(
         "--resume",
         action="store_true",

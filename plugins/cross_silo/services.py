@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import json
 import os
 import queue
 import shutil
@@ -142,6 +143,43 @@ class Service:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+class LocalRun:
+    """The processes a launcher starts on this machine for one run (`cross-silo-local`,
+    `cross-device-local`): the services it started (broker, bucket), then the children, which
+    share one environment, one line queue and `<run_dir>/logs/`. `close` stops them all and
+    releases the run directory's lock, whatever ended the launch."""
+
+    def __init__(self) -> None:
+        self.services: list[Service] = []
+        self.children: dict[str, Child] = {}
+        self.lines: queue.Queue = queue.Queue()
+        self.path: Path | None = None  # the run directory, locked, once it exists
+        self.env: dict[str, str] = {}
+
+    def prepare(self, torch_threads: int) -> None:
+        """Before the first child: their environment and `<run_dir>/logs/`."""
+        self.env = child_env(self.path, torch_threads)
+        (self.path / "logs").mkdir(exist_ok=True)
+
+    def start(self, kind: type[Child], name: str, cmd: list[str], log_name: str) -> None:
+        self.children[name] = kind(name, cmd, self.path / "logs" / log_name, self.env, self.lines)
+
+    def write_pids(self) -> None:
+        """`<run_dir>/processes.json`: every child's and service's pid."""
+        pids = {name: c.proc.pid for name, c in self.children.items()} | {s.name: s.pid for s in self.services}
+        (self.path / "processes.json").write_text(json.dumps(pids, indent=2))
+
+    def close(self) -> None:
+        from fedml_fes.runtime.rundir import release_run_dir
+
+        for child in self.children.values():
+            child.stop()
+        for service in self.services:
+            service.stop()
+        if self.path is not None:
+            release_run_dir(self.path)
 
 
 def find_mosquitto() -> str:

@@ -99,6 +99,34 @@ def mpirun_command(
     return cmd
 
 
+def run_ranks(
+    cmd: list[str], cfg: FesConfig, log, echo: Callable[[str], None], timeout_s: float | None, tag: str = TAG
+) -> tuple[int, str | None]:
+    """Start an mpirun line (FedAvg's or split learning's) and relay it until it ends: every line
+    into `log`, the ranks' lines tagged `tag` to `echo`. Returns (exit code, the ranks' first
+    error line); whatever ends the wait (the end, a stop, `timeout_s`) first ends every process
+    it started (mpirun runs in a session of its own and dies with this process)."""
+    env = dict(os.environ)
+    if cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
+        env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        bufsize=1,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        error = relay_tagged(proc, log, echo, tag)
+        return proc.wait(timeout=timeout_s), error
+    finally:
+        end_process_tree(proc)  # whatever ends the launcher ends what it started
+        proc.stdout.close()
+
+
 def rank_death(log_text: str) -> str | None:
     """prterun's word on a rank that died by a signal, as one line:
     `rank 2 (pid 1234): exited on signal 9 (Killed)`."""
@@ -124,41 +152,21 @@ def run_mpirun(
     re-raises a stop (KeyboardInterrupt / signals.Interrupted) after ending every process it
     started and writing summary.json. `resume`: the server continues from run_dir's checkpoint."""
     cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides, resume)
-    env = dict(os.environ)
-    if cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
-        env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
     run_dir = Path(run_dir)
     log_path = run_dir / "mpirun.log"
     (run_dir / "summary.json").unlink(missing_ok=True)  # a stale one (resume): the run writes its own
     # a checkpoint from before this launch counts only when resuming (file times are coarser than time.time())
     since = None if resume else time.time() - 1.0
-    error: str | None = None
     with log_path.open("a" if resume else "w") as log:
         log_start = log.tell()  # a resumed run's log holds the earlier launches too
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            bufsize=1,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
         try:
-            error = relay_tagged(proc, log, echo)
-            rc = proc.wait(timeout=timeout_s)
-        except KeyboardInterrupt as e:
-            end_process_tree(proc)
+            rc, error = run_ranks(cmd, cfg, log, echo, timeout_s)
+        except KeyboardInterrupt as e:  # every rank has ended: the summary from the checkpoint
             _close_summary(cfg, run_dir, "interrupted", interrupt_reason(e), since)
             raise
         except subprocess.TimeoutExpired:
-            end_process_tree(proc)
             _close_summary(cfg, run_dir, "failed", f"mpirun did not finish within {timeout_s:.0f}s", since)
             raise
-        finally:
-            end_process_tree(proc)  # whatever ends the launcher ends what it started
-            proc.stdout.close()
     if rc != 0 or error:
         with log_path.open(errors="replace") as f:
             f.seek(log_start)

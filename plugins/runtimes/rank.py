@@ -1,5 +1,6 @@
 """What every mpirun rank main shares (FedAvg's `mpi_main`, split learning's `split_mpi`):
-its command line and its place in MPI_COMM_WORLD with a printer for the launcher's relay."""
+its command line and its place in MPI_COMM_WORLD with a printer for the launcher's relay.
+The cross-silo and cross-device process mains share the command line's core too."""
 
 from __future__ import annotations
 
@@ -10,12 +11,21 @@ from typing import Any, Callable
 from fedml_fes.config import add_set_argument
 
 
+def add_process_arguments(
+    p: argparse.ArgumentParser,
+    cf_help: str = "run config YAML",
+    run_dir_help: str = "run directory (default: a new one under output_dir)",
+) -> None:
+    """--cf, --run-dir and --set: what every process of a run is started with."""
+    p.add_argument("--cf", required=True, help=cf_help)
+    p.add_argument("--run-dir", default=None, help=run_dir_help)
+    add_set_argument(p)
+
+
 def rank_parser(module: str, description: str, cf_help: str = "run config YAML") -> argparse.ArgumentParser:
     """--cf, --run-dir, --set and the launcher's hidden --tagged-output; callers add their own."""
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
-    p.add_argument("--cf", required=True, help=cf_help)
-    p.add_argument("--run-dir", default=None, help="run directory (default: a new one under output_dir)")
-    add_set_argument(p)
+    add_process_arguments(p, cf_help)
     p.add_argument("--tagged-output", action="store_true", help=argparse.SUPPRESS)
     return p
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +37,6 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
-from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree
 
 TAG = "@split "
 TAG_REQUEST, TAG_REPLY, TAG_CONTROL = 11, 12, 13
@@ -202,30 +200,12 @@ def run_split_mpirun(
     returns summary.json's content, raises FesError with the ranks' error line."""
     import json
 
-    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides)
-    env = dict(os.environ)
-    if cfg.common.torch_threads > 0:
-        env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
-    from fedml_fes_plugins.runtimes.launcher import relay_tagged
+    from fedml_fes_plugins.runtimes.launcher import run_ranks
 
+    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides)
     run_dir = Path(run_dir)
     with (run_dir / "mpirun.log").open("w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            bufsize=1,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            error = relay_tagged(proc, log, echo, TAG)
-            rc = proc.wait(timeout=timeout_s)
-        finally:
-            end_process_tree(proc)
-            proc.stdout.close()
+        rc, error = run_ranks(cmd, cfg, log, echo, timeout_s, TAG)
     if rc != 0 or error:
         raise FesError(error or f"mpirun exited with code {rc} (see {run_dir / 'mpirun.log'})")
     return json.loads((run_dir / "summary.json").read_text())
