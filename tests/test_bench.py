@@ -113,6 +113,9 @@ def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
         "device profile: NVIDIA Jetson TX2",
     ):
         assert needle in text, needle
+    # the untrained prompt model is a row of Table 4: FedFSL's own start, seed 0
+    start = json.loads((out / "runs" / "fedfsl-s0" / "summary.json").read_text())["initial"]["test_acc"]
+    assert f"| Zero-shot (untrained prompt model) | {100 * start:.1f} | {100 * start:.1f} |" in text
     for png in (
         "accuracy_vs_hours_jetson_tx2.png",
         "accuracy_vs_hours_rpi_4b.png",

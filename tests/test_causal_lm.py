@@ -323,3 +323,22 @@ def test_other_causal_families_give_the_same_next_token_logits(tok, kind):
     else:
         with pytest.raises(FesError, match="frozen-bottom split supports"):
             FrozenBottom(model.backbone.base_model, plan.frozen_bottom)
+
+
+def test_a_decoders_flops_are_counted_and_match_torch_flop_counter(tok, lm):
+    """The cost meter counts a Llama-style stack's calls (grouped-query attention: narrower K and V;
+    a gated feed-forward), so emulated device time includes the causal LM's compute."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedml_fes.cost.flops import EncoderShape
+    from fedml_fes.cost.meter import TaskMeter
+
+    shape = EncoderShape.of(lm.config)
+    assert (shape.kv, shape.gated) == (lm.config.hidden_size // 2, True)  # 2 of 4 heads carry K and V
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    with TaskMeter(model) as meter, FlopCounterMode(display=False) as counter:
+        model(**batch).logsumexp(-1).mean().backward()
+    m = meter.metrics()
+    assert m["cost_fwd_flops"] > 0 and m["cost_bwd_flops"] > 0 and m["cost_encoder_calls"] == 1
+    assert m["cost_fwd_flops"] + m["cost_bwd_flops"] == pytest.approx(counter.get_total_flops(), rel=0.05)

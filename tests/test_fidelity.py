@@ -761,3 +761,35 @@ def test_a_dataset_file_whose_verbalizer_misses_a_class_fails_before_any_run(tmp
     err = capsys.readouterr().err.strip()
     assert "my_news, prompt_only: verbalizer does not cover classes ['tech']" in err and "nothing was run" in err
     assert "\n" not in err and not (out / "my_news").exists()
+
+
+def test_time_to_accuracy_table_from_run_folders(tmp_path, tiny_model_dir):
+    """The paper's Table 4 from the folders: hours (TX2, RPi 4B) and upload to FedFSL's final mean
+    accuracy, and the x-faster ratio; a method that never gets there is X."""
+    fsl = _fake_run_dir(tmp_path, tiny_model_dir, method="fedfsl")
+    fes = _fake_run_dir(tmp_path, tiny_model_dir, method="fes")
+    (fes / "metrics.csv").write_text("round,test_acc,pseudo_total,bytes_up\n0,0.7,10,1000\n1,0.6,30,3000\n")
+    (fes / "summary.json").write_text(json.dumps({"status": "completed", "final": 0.6, "primary_metric": "test_acc"}))
+    rows = fid.collect_rows(tmp_path)
+    text = "\n".join(fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {}).splitlines())
+    section = text.split("## Time to accuracy (the paper's Table 4)")[1].split("## Runs that ended")[0]
+    tx2 = 2 * (2.14e12 / load_profile_tx2().flops_per_s + 2.0) / 3600  # both rounds, as in test_run_row_...
+    first = (2.14e12 / load_profile_tx2().flops_per_s + 2.0) / 3600  # FeS reached 62.5% at round 0
+    assert "| method | TX2 h to FedFSL's 62.5% | RPi h | upload | seeds |" in section
+    fsl_line = next(line for line in section.splitlines() if line.startswith("| FedFSL |"))
+    fes_line = next(line for line in section.splitlines() if line.startswith("| FeS |"))
+    assert f"| {tx2:.3g} |" in fsl_line and "| 4 kB | 1/1 |" in fsl_line
+    assert f"| {first:.3g} |" in fes_line and "| 1 kB | 1/1 |" in fes_line
+    assert f"{tx2 / first:.3g}x / - / -" in fes_line  # faster than FedFSL; no FedFSL-BIAS or FedCLS runs
+    fes_rpi = float(fes_line.split("|")[3])
+    assert fes_rpi > float(fes_line.split("|")[2])  # the Pi computes 15x slower than the TX2
+    (fsl / "metrics.csv").write_text("round,test_acc,pseudo_total,bytes_up\n0,,10,1000\n1,0.9,30,3000\n")
+    (fsl / "summary.json").write_text(json.dumps({"status": "completed", "final": 0.9, "primary_metric": "test_acc"}))
+    section = fid.render(fid.collect_rows(tmp_path), "x", "d", tmp_path, {}).split("Table 4)")[1]
+    assert "| FeS | X | X | X | 0/1 |" in section
+
+
+def load_profile_tx2():
+    from fedml_fes.cost.profiles import load_profile
+
+    return load_profile("jetson_tx2")

@@ -33,30 +33,46 @@ from typing import Sequence
 
 from ..errors import FesError
 
+# decoder families whose feed-forward is gated (gate, up and down projections: three matrices)
+GATED_FFN = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo", "phi3"})
+
 
 @dataclass(frozen=True)
 class EncoderShape:
-    """What FLOPs depend on: hidden size, feed-forward width and depth."""
+    """What FLOPs depend on: hidden size, feed-forward width and depth; for decoders also the
+    key/value width (grouped-query attention: fewer K/V heads) and a gated feed-forward."""
 
     hidden: int
     intermediate: int
     layers: int
+    kv: int = 0  # width of the K and V projections; 0: hidden (BERT's multi-head attention)
+    gated: bool = False  # three feed-forward matrices (Llama's SwiGLU) instead of two
 
     @staticmethod
     def of(config) -> "EncoderShape":
-        """From an HF config (BERT/RoBERTa names; DistilBERT's dim/hidden_dim/n_layers)."""
+        """From an HF config (BERT/RoBERTa names; DistilBERT's dim/hidden_dim/n_layers; Llama-style
+        decoders' num_key_value_heads and gated MLP)."""
         h = getattr(config, "hidden_size", None) or getattr(config, "dim", None)
         i = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", None)
         n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layers", None)
         if not (h and i and n):
             raise FesError(f"cannot read hidden/intermediate sizes and depth from {type(config).__name__}")
-        return EncoderShape(int(h), int(i), int(n))
+        heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
+        head_dim = getattr(config, "head_dim", None) or (int(h) // int(heads) if heads else 0)
+        kv = int(kv_heads) * int(head_dim) if kv_heads and head_dim else 0
+        gated = getattr(config, "model_type", "") in GATED_FFN
+        return EncoderShape(int(h), int(i), int(n), kv if kv != int(h) else 0, gated)
+
+    @property
+    def qkv(self) -> int:
+        """Output width of the Q, K and V projections together."""
+        return self.hidden + 2 * (self.kv or self.hidden)
 
 
 def layer_linear_flops(shape: EncoderShape, tokens: float) -> float:
-    """Forward FLOPs of one layer's projections and feed-forward on `tokens` tokens."""
+    """Forward FLOPs of one layer's projections (Q, K, V, output) and feed-forward on `tokens` tokens."""
     h, i = shape.hidden, shape.intermediate
-    return 2.0 * tokens * (4 * h * h + 2 * h * i)
+    return 2.0 * tokens * (h * shape.qkv + h * h + (3 if shape.gated else 2) * h * i)
 
 
 def forward_flops(shape: EncoderShape, tokens: float, sq_tokens: float, layers: int) -> float:
@@ -77,7 +93,7 @@ def backward_flops(
     lin = layer_linear_flops(shape, tokens)
     act = grad_layers * (lin + 10.0 * sq_tokens * shape.hidden)
     if not input_grad:
-        act -= 2.0 * tokens * 3 * shape.hidden * shape.hidden
+        act -= 2.0 * tokens * shape.qkv * shape.hidden
     return act + weight_layers * lin
 
 

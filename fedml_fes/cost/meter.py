@@ -39,12 +39,29 @@ from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, ParameterReads, SavedTens
 
 
 def find_encoder(model: nn.Module) -> nn.Module | None:
-    """The BERT/RoBERTa-style base model (has `embeddings` and `encoder.layer`) inside `model`."""
+    """The base model inside `model` whose calls are counted: BERT/RoBERTa-style (`embeddings`
+    and `encoder.layer`) or a Llama-style decoder stack (`embed_tokens` and `layers`)."""
     for m in model.modules():
         enc = getattr(m, "encoder", None)
         if hasattr(m, "embeddings") and enc is not None and hasattr(enc, "layer") and hasattr(m, "config"):
             return m
+        if (
+            hasattr(m, "embed_tokens")
+            and isinstance(getattr(m, "layers", None), nn.ModuleList)
+            and hasattr(m, "config")
+        ):
+            return m
     return None
+
+
+def layers_of(base: nn.Module) -> nn.ModuleList:
+    """The transformer layers of a base model found by `find_encoder`."""
+    enc = getattr(base, "encoder", None)
+    return enc.layer if enc is not None and hasattr(enc, "layer") else base.layers
+
+
+def embeddings_of(base: nn.Module) -> nn.Module:
+    return base.embeddings if hasattr(base, "embeddings") else base.embed_tokens
 
 
 def head_width(model: nn.Module) -> int:
@@ -201,7 +218,7 @@ class TaskMeter:
         if not isinstance(ref, torch.Tensor):
             return
         b, w = int(ref.shape[0]), int(ref.shape[1])
-        layers = module.encoder.layer
+        layers = layers_of(module)
         n = len(layers)
         key = tuple(id(layer) for layer in layers)
         info = self._info.get(key)
@@ -241,7 +258,7 @@ class TaskMeter:
         self.param_bytes, self.trainable_bytes, storages = parameter_bytes(self.model)
         if self.encoder is None:
             return self
-        self._embeddings_train = any(p.requires_grad for p in self.encoder.embeddings.parameters())
+        self._embeddings_train = any(p.requires_grad for p in embeddings_of(self.encoder).parameters())
         self._stack.callback(self.model.register_forward_pre_hook(self._on_model, with_kwargs=True).remove)
         self._stack.callback(self.model.register_forward_hook(self._after_model).remove)
         self._stack.callback(self.encoder.register_forward_pre_hook(self._on_encoder, with_kwargs=True).remove)

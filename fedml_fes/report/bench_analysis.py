@@ -31,6 +31,8 @@ LABELS = {
     "full_label": "Full-label FedCLS",
 }
 FULL_LABEL = "full_label"
+# methods whose model before round 0 is the untrained prompt model (the zero-shot baseline)
+PROMPT_METHODS = frozenset({"prompt_only", "fedfsl", "fedfsl_bias", "fes", "fes_no_cp", "fes_no_rf", "fes_no_dc"})
 
 
 def label(method: str) -> str:
@@ -160,6 +162,24 @@ class BenchData:
                     resident = row.get("resident_param_bytes")
                     best["resident_param"] = float(resident) if resident not in (None, "") else best["param"]
         return best
+
+    def zero_shot(self) -> float | None:
+        """Mean over seeds of the untrained prompt model's accuracy on the test texts: each seed's
+        first prompt run's own start (summary.json `initial`; a head classifier's start is a random
+        head, not a baseline)."""
+        import json
+
+        starts: dict[int, float] = {}
+        for (method, seed), run in sorted(self.runs.items()):
+            if method not in PROMPT_METHODS or seed in starts:
+                continue
+            try:
+                start = json.loads((run.run_dir / "summary.json").read_text()).get("initial", {}).get(run.metric)
+            except (OSError, ValueError):
+                continue
+            if isinstance(start, (int, float)):
+                starts[seed] = float(start)
+        return mean(list(starts.values()))
 
     def accuracy_stats(self, method: str) -> dict[str, float | None]:
         conv = [self.convergence(method, s) for s in self.seeds(method)]

@@ -166,6 +166,10 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
                 "relative_to_full_label": st["relative"],
             }
         )
+    zero = data.zero_shot()
+    if zero is not None:  # the untrained prompt model: what training has to beat
+        acc_rows.insert(0, ["Zero-shot (untrained prompt model)", _pct(zero), _pct(zero), "-", "-", "0"])
+        method_csv.insert(0, {"method": "zero_shot", "label": "Zero-shot", "convergence_acc": zero, "final_acc": zero})
     lines += [
         "## Table 4: accuracy and time to accuracy",
         "",

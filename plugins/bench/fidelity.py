@@ -1219,6 +1219,9 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
                 + " |"
             )
         lines += ["| majority class | " + " | ".join(_pct(majority[d]) for d in names) + " |", ""]
+    from fedml_fes_plugins.bench.fidelity_time import time_tables
+
+    lines += time_tables(rows, label_of, variant_of)
     worse = below_start(rows)
     lines += [
         "## Runs that ended below their own start",
@@ -1295,4 +1298,8 @@ def report(o: FidelityOptions, echo: Echo = print) -> Path:
     write_csv(rows, results / "fidelity.csv")
     md = results / "fidelity.md"
     md.write_text(render(rows, o.command or "?", time.strftime("%Y-%m-%d %H:%M"), portable_path(str(out)), meta))
+    from fedml_fes_plugins.bench.fidelity_time import write_figures
+
+    for path in write_figures(rows, results, label_of, variant_of):
+        echo(f"figure: {portable_path(str(path))}")
     return md

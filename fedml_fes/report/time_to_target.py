@@ -1,0 +1,90 @@
+"""Time to accuracy over seeds, as the paper's Table 4 reports it: the emulated device hours and
+the upload a method needs before its test accuracy first reaches a target (another method's
+final mean accuracy), and the "x faster" ratios between methods.
+
+Everything comes from the run folders through `run_plot.run_curve` (the cost model's
+cumulative hours and upload per evaluated round), so a table never shows a number the run's
+own figure would not. A run that never reaches the target counts as not reached (the paper's
+X); means are over the seeds that reached it, with how many did.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from .run_plot import Curve, run_curve
+
+DEVICES = {"jetson_tx2": "TX2", "rpi_4b": "RPi 4B"}  # run_configs/devices/
+
+
+@dataclass(frozen=True)
+class Reached:
+    """Mean over the seeds that reached the target; `reached` of `seeds` did."""
+
+    hours: dict[str, float | None]  # device -> emulated hours
+    upload: float | None
+    reached: int
+    seeds: int
+
+
+def curves_of(run_dirs: list[Path], device: str) -> list[Curve]:
+    return [run_curve(rd, device) for rd in run_dirs]
+
+
+def reach(run_dirs: list[Path], target: float, devices: tuple[str, ...] = tuple(DEVICES)) -> Reached:
+    """Hours on each device and upload bytes until the first evaluated round at or above `target`."""
+    by_device = {d: curves_of(run_dirs, d) for d in devices}
+    hours: dict[str, list[float]] = {d: [] for d in devices}
+    upload: list[float] = []
+    reached = 0
+    for i in range(len(run_dirs)):
+        first = by_device[devices[0]][i]
+        at = next((k for k, a in enumerate(first.accuracy) if a >= target - 1e-12), None)
+        if at is None:
+            continue
+        reached += 1
+        upload.append(first.bytes_up[at])
+        for d in devices:
+            c = by_device[d][i]
+            if c.hours:
+                hours[d].append(c.hours[at])
+    return Reached(
+        {d: statistics.mean(h) if h else None for d, h in hours.items()},
+        statistics.mean(upload) if upload else None,
+        reached,
+        len(run_dirs),
+    )
+
+
+def mean_curve(run_dirs: list[Path], label: str, device: str = "jetson_tx2") -> Curve | None:
+    """The seeds' curves averaged round by round (the evaluated rounds all of them share)."""
+    curves = [c for c in curves_of(run_dirs, device) if c.rounds]
+    if not curves:
+        return None
+    shared = sorted(set.intersection(*(set(c.rounds) for c in curves)))
+
+    def mean_at(attr: str) -> list[float]:
+        out = []
+        for r in shared:
+            values = [getattr(c, attr)[c.rounds.index(r)] for c in curves if getattr(c, attr)]
+            out.append(statistics.mean(values) if values else float("nan"))
+        return out
+
+    return Curve(
+        label,
+        curves[0].metric,
+        shared,
+        mean_at("bytes_up"),
+        mean_at("hours") if all(c.hours for c in curves) else [],
+        mean_at("accuracy"),
+    )
+
+
+def speedup(mine: Reached, other: Reached, device: str = "jetson_tx2") -> float | None:
+    """How many times faster `mine` reaches the target than `other` (None: either never did)."""
+    a, b = mine.hours.get(device), other.hours.get(device)
+    if not a or not b or mine.reached < mine.seeds or other.reached < other.seeds:
+        return None
+    return b / a
