@@ -220,6 +220,11 @@ class PseudoConfig:
     # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
     # labeled). The label comes from the clean text: consistency under a strong augmentation
     augment_word_dropout: float = 0.0
+    # each round's trainers drawn in proportion to the labels they hold (gold + pseudo), for every
+    # method that pseudo-labels (FeS's curriculum pacing does so under pacing_args.train_sampling).
+    # Uniform draws among all label holders leave the few gold clients out of most rounds once
+    # many clients hold a handful of pseudo labels: fewer gold-label steps than Prompt-only takes
+    sample_by_labels: bool = False
     confidence_threshold: float = 0.0  # keep only predictions at least this confident (0: off)
     skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
     soft_labels: bool = False  # train on the predicted distribution instead of the argmax

@@ -315,12 +315,14 @@ class RoundServer:
         """Seeded per round, among the clients the method can train (`also`: this round's
         labelers, about to hold pseudo labels; `busy`: in a pacing trial). Uniform, or under
         curriculum pacing with `pacing_args.train_sampling: labels`, in proportion to the
-        labels each client holds (a labeler counts at least one)."""
+        labels each client holds (a labeler counts at least one); the same for any pseudo-labeling
+        method with `pseudo_args.sample_by_labels`."""
         eligible = sorted((set(self.eligible()) | set(also)) - busy)
         k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
         weights = None
-        if self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels":
+        curriculum = self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels"
+        if curriculum or (self.job.method.uses_pseudo and self.cfg.pseudo.sample_by_labels):
             held = np.array(
                 [max(1, self._gold_counts.get(c, 0) + self.pseudo_counts.get(c, 0)) for c in eligible], dtype=float
             )
