@@ -6,25 +6,18 @@ dataclasses so that every key is declared once, with its type and default, and a
 an error that names the key instead of a silently ignored attribute.
 
 Each section's dataclass and its checks sit together, by topic: `common` (common_args),
-`data` (data_args), `training` (model, train, mlm, tuning, adapter and split args),
-`labeling` (prompt, pseudo, filter and pacing args), `system` (comm, device, tracking and
-cost args). `schema` assembles them into `FesConfig` and `validate`; `load` reads a YAML
-file, `--set` overrides and a run folder's config.yaml; `paths` makes input paths absolute.
+`data` (data_args), `training` (model, train, tuning and adapter args), `fedbert` (mlm and
+split args), `labeling` (prompt, pseudo, filter and pacing args), `system` (comm, device,
+tracking and cost args). `schema` assembles them into `FesConfig` and `validate`; `load`
+reads a YAML file, `--set` overrides and a run folder's config.yaml; `paths` makes input
+paths absolute.
 Import everything from `fedml_fes.config`.
 """
 
-from .common import OFFLINE_MINILM, CommonConfig, validate_common
-from .data import DATASET_ALIASES, DATASETS, DELIMITER_NAMES, PARTITIONS, DataConfig, validate_data
-from .labeling import (
-    FilterConfig,
-    PacingConfig,
-    PromptConfig,
-    PseudoConfig,
-    validate_filter,
-    validate_pacing,
-    validate_prompt,
-    validate_pseudo,
-)
+from .common import OFFLINE_MINILM, CommonConfig
+from .data import DATASET_ALIASES, DATASETS, DELIMITER_NAMES, PARTITIONS, DataConfig
+from .fedbert import LR_SCHEDULES, SPLIT_SCHEDULES, SPLIT_TASKS, MlmConfig, SplitConfig, validate_mlm, validate_split
+from .labeling import FilterConfig, PacingConfig, PromptConfig, PseudoConfig
 from .load import (
     RUN_CONFIG_FILE,
     add_set_argument,
@@ -45,35 +38,8 @@ from .paths import (
     resolve_paths,
 )
 from .schema import FEDML_SECTIONS, FesConfig, validate
-from .system import (
-    LOG_LEVELS,
-    CommConfig,
-    CostConfig,
-    DeviceConfig,
-    TrackingConfig,
-    validate_comm,
-    validate_device,
-    validate_tracking,
-)
-from .training import (
-    ADAPTER_METHODS,
-    LR_SCHEDULES,
-    METHODS,
-    SPLIT_SCHEDULES,
-    SPLIT_TASKS,
-    AdapterConfig,
-    MlmConfig,
-    ModelConfig,
-    SplitConfig,
-    TrainConfig,
-    TuningConfig,
-    validate_adapter,
-    validate_mlm,
-    validate_model,
-    validate_split,
-    validate_train,
-    validate_tuning,
-)
+from .system import LOG_LEVELS, CommConfig, CostConfig, DeviceConfig, TrackingConfig
+from .training import ADAPTER_METHODS, METHODS, AdapterConfig, ModelConfig, TrainConfig, TuningConfig, validate_adapter
 
 __all__ = [
     "ADAPTER_METHODS",
@@ -122,18 +88,6 @@ __all__ = [
     "resolve_paths",
     "validate",
     "validate_adapter",
-    "validate_comm",
-    "validate_common",
-    "validate_data",
-    "validate_device",
-    "validate_filter",
     "validate_mlm",
-    "validate_model",
-    "validate_pacing",
-    "validate_prompt",
-    "validate_pseudo",
     "validate_split",
-    "validate_tracking",
-    "validate_train",
-    "validate_tuning",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import FesError
 from .common import CommonConfig, validate_common
 from .data import DataConfig, validate_data
+from .fedbert import MlmConfig, SplitConfig, validate_mlm, validate_split
 from .labeling import (
     FilterConfig,
     PacingConfig,
@@ -38,15 +39,11 @@ from .system import (
 from .training import (
     ADAPTER_METHODS,
     AdapterConfig,
-    MlmConfig,
     ModelConfig,
-    SplitConfig,
     TrainConfig,
     TuningConfig,
     validate_adapter,
-    validate_mlm,
     validate_model,
-    validate_split,
     validate_train,
     validate_tuning,
 )
