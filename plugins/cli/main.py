@@ -371,12 +371,11 @@ def _main(opts: argparse.Namespace) -> int:
             return 0
         resume = point is not None
         if opts.command == "mpirun":
-            from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
+            from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 
-            hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
-            mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
+            job = MpirunJob.from_options(cfg, opts)  # -np and the host file checked before anything is created
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held while mpirun runs
-            run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set, resume=resume)
+            run_mpirun(job, run_dir, resume=resume)
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             from fedml_fes_plugins.runtimes.inprocess import run_in_process
