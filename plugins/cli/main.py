@@ -243,12 +243,10 @@ def _cross_silo(opts: argparse.Namespace) -> int:
 
         return run_guarded(opts, lambda line: print(line, flush=True))
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
-    _print_summary(
-        run_local(
-            opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, resume=opts.resume, tls=not opts.no_tls
-        )
-    )
+    job = LocalJob(opts.cf, opts.set, opts.run_dir, opts.local_services)
+    _print_summary(run_local(job, resume=opts.resume, tls=not opts.no_tls))
     return 0
 
 
@@ -312,10 +310,10 @@ def _main(opts: argparse.Namespace) -> int:
             return _cross_silo(opts)
         if opts.command == "cross-device-local":
             from fedml_fes_plugins.cross_device.launch import run_local as run_cross_device
+            from fedml_fes_plugins.cross_silo.services import LocalJob
 
-            summary = run_cross_device(
-                opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, timeout_s=opts.timeout
-            )
+            job = LocalJob(opts.cf, opts.set, opts.run_dir, opts.local_services, timeout_s=opts.timeout)
+            summary = run_cross_device(job)
             _print_summary(summary)
             print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))
             return 0
