@@ -132,11 +132,13 @@ def run_cross_silo(cf: str, run_dir: Path, sets: list[str], tls: bool = True) ->
     """Server + 2 silos over FedML's gRPC on fresh loopback ports (`cross-silo-local
     --local-services`): mutual TLS with a throw-away CA, or plaintext (`--no-tls`)."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     silo = ["common_args.training_type=cross_silo", "comm_args.backend=GRPC", "comm_args.silo_num=2"]
-    run_local(
-        str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None, tls=tls
+    job = LocalJob(
+        str(Path(cf).resolve()), sets + silo, str(run_dir.resolve()), local_services=True, echo=lambda _l: None
     )
+    run_local(job, tls=tls)
     return run_dir
 
 

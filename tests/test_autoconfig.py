@@ -312,7 +312,7 @@ def test_progressive_lora_under_mpirun_matches_in_process(tmp_path, tiny_model_d
     from fedml_fes.config import load_config
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
-    from fedml_fes_plugins.runtimes.launcher import run_mpirun
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 
     from .conftest import write_config
 
@@ -336,7 +336,7 @@ def test_progressive_lora_under_mpirun_matches_in_process(tmp_path, tiny_model_d
     cfg = load_config(cf)
     local = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / "local")), progress=False, echo=lambda _l: None)
     mpi_dir = make_run_dir(cfg, str(tmp_path / "mpi"))
-    run_mpirun(cfg, str(cf), 3, mpi_dir, None, [], echo=lambda _l: None, timeout_s=600)
+    run_mpirun(MpirunJob(cfg, str(cf), 3, echo=lambda _l: None, timeout_s=600), mpi_dir)
     mpi = json.loads((mpi_dir / "summary.json").read_text())
     assert mpi["status"] == "completed" and mpi["per_round"] == local["per_round"]
     assert "upgrade d1w2 to" in (mpi_dir / "events.log").read_text()  # the upgrade path crosses MPI too

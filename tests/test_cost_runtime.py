@@ -87,7 +87,7 @@ def test_costs_are_identical_under_mpirun(tmp_path, tiny_model_dir):
     import json
 
     from fedml_fes.config import load_config
-    from fedml_fes_plugins.runtimes.launcher import run_mpirun
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 
     from .conftest import write_config
 
@@ -101,7 +101,7 @@ def test_costs_are_identical_under_mpirun(tmp_path, tiny_model_dir):
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
     mpi_dir = make_run_dir(cfg, str(tmp_path / "mpi"))
-    run_mpirun(cfg, str(cf), 3, mpi_dir, None, [], echo=lambda _l: None, timeout_s=600)
+    run_mpirun(MpirunJob(cfg, str(cf), 3, echo=lambda _l: None, timeout_s=600), mpi_dir)
     local, local_dir = _run(cfg)
     assert json.loads((mpi_dir / "summary.json").read_text())["per_round"] == local["per_round"]
     keys = (

@@ -163,8 +163,9 @@ def services_ready():
 
 def _run(cf: Path, run_dir: Path, echo=lambda _l: None) -> dict:
     from fedml_fes_plugins.cross_device.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
-    return run_local(str(cf), [], str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S)
+    return run_local(LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S))
 
 
 @pytest.mark.slow

@@ -275,6 +275,7 @@ def test_cli_bad_input_exits_fast_with_one_line(tmp_path, capsys):
 
 def test_launcher_refuses_an_unreachable_broker_before_starting_anything(tmp_path, tiny_model_dir):
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     from .conftest import small_config
 
@@ -284,7 +285,7 @@ def test_launcher_refuses_an_unreachable_broker_before_starting_anything(tmp_pat
     cf = write_config(tmp_path / "c.yaml", raw)
     start = time.monotonic()
     with pytest.raises(FesError, match="cannot reach the MQTT broker"):
-        run_local(str(cf), [], str(tmp_path / "run"), echo=lambda _l: None)
+        run_local(LocalJob(str(cf), run_dir=str(tmp_path / "run"), echo=lambda _l: None))
     assert time.monotonic() - start < 15
     assert not (tmp_path / "run" / "processes.json").exists()
 

@@ -150,11 +150,12 @@ def _ipconfig(path: Path, silo_num: int = 3) -> str:
 def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     """Same seed, same per-round accuracies; nothing written outside the run directory."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     cf = _config(tmp_path, tiny_model_dir, "GRPC", comm_args={"round_timeout_s": 120})
     lines: list[str] = []
     summary = run_local(
-        str(cf), [], str(tmp_path / "silo"), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S
+        LocalJob(str(cf), run_dir=str(tmp_path / "silo"), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S)
     )
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo_grpc"
@@ -175,6 +176,7 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
     """mosquitto + moto S3 on loopback; silo 2 is SIGKILLed while it holds round tasks: the
     server waits round_timeout_s, aggregates what arrived, logs the dropout and finishes."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 5}, comm_args={"round_timeout_s": 6})
     faults(stall_in_round=1, stall_on_rank=2, stall_s=300)
@@ -189,7 +191,7 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
             os.kill(pid, signal.SIGKILL)
             killed["round"] = int(line.split("round ")[1].split()[0])
 
-    summary = run_local(str(cf), [], str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S)
+    summary = run_local(LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S))
     assert killed, "silo 2 never got tasks to stall on"
     r = killed["round"]
     assert summary["status"] == "completed" and summary["rounds_completed"] == 5
@@ -384,12 +386,15 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
 def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquitto_exe, faults):
     """Every device raises in round 1: one error line, every process (broker and S3 too) gone."""
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     cf = _config(tmp_path, tiny_model_dir, "MQTT_S3", train_args={"comm_round": 4}, comm_args={"round_timeout_s": 60})
     faults(raise_in_round=1)
     run_dir = tmp_path / "silo"
     with pytest.raises(FesError) as e:
-        run_local(str(cf), [], str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S)
+        run_local(
+            LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S)
+        )
     assert "round 1: no valid client update to aggregate" in str(e.value) and "\n" not in str(e.value)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["rounds_completed"] == 1
@@ -553,6 +558,7 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
     devices to its snapshot of round 0, and the run ends as the uninterrupted in-process run."""
     from fedml_fes_plugins.cli.main import main
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     from .test_resume import KILLER
 
@@ -573,7 +579,11 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
         env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(killer), os.environ.get("PYTHONPATH")])))
         env.setenv("FES_TEST_KILL", "save:1")
         with pytest.raises(FesError, match="the server exited with code -9"):
-            run_local(str(cf), [], str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S)
+            run_local(
+                LocalJob(
+                    str(cf), run_dir=str(run_dir), local_services=True, echo=lambda _l: None, timeout_s=RUN_LIMIT_S
+                )
+            )
     labeled = sorted((run_dir / "silos").glob("*/clients/*/pseudo_labels.json"))
     assert labeled and (run_dir / "checkpoint.pt").is_file()
     assert any((run_dir / "silos").glob("*/checkpoint_clients/round-00000"))
@@ -584,9 +594,8 @@ def test_grpc_server_killed_while_checkpointing_resumes_to_the_uninterrupted_run
     assert len(err) == 1 and "holds an unfinished run (rounds 0-0 of 3 done): pass --resume" in err[0], err
 
     lines: list[str] = []
-    summary = run_local(
-        str(cf), [], str(run_dir), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S, resume=True
-    )
+    job = LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=lines.append, timeout_s=RUN_LIMIT_S)
+    summary = run_local(job, resume=True)
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["per_round"] == local["per_round"]
     assert any(line.startswith("resuming after round 0 of 3") for line in lines), lines

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from fedml_fes.config import config_from_dict
+from fedml_fes.config import PacingConfig, config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
@@ -52,9 +52,10 @@ def test_aug_e_formula():
 
 def test_configurator_trials_in_parallel_on_idle_groups_then_retrials_only_the_top():
     grid = [Pacing(1, 2, 2), Pacing(5, 2, 1), Pacing(1, 4, 4)]
-    c = PacingConfigurator(
-        grid, trial_rounds=1, top=2, switch_threshold=0.0, infer_latency=0.5, train_latency=1.0, parallel_trials=8
+    settings = PacingConfig(
+        trial_rounds=1, top=2, switch_threshold=0.0, infer_latency_s=0.5, train_latency_s=1.0, parallel_trials=8
     )
+    c = PacingConfigurator(grid, settings)
     rng = np.random.default_rng(0)
     events = c.start_trials(0, idle=list(range(10, 20)), fraction=0.0, rng=rng)
     assert len(c.running) == 3 and len(events) == 3  # all three at once, same round
@@ -77,14 +78,18 @@ def test_configurator_trials_in_parallel_on_idle_groups_then_retrials_only_the_t
 
 def test_configurator_breaks_ties_towards_the_cheaper_configuration():
     grid = [Pacing(1, 4, 4), Pacing(5, 2, 1), Pacing(1, 2, 1)]
-    c = PacingConfigurator(grid, 1, 3, 0.0, 0.5, 1.0)
+    settings = PacingConfig(trial_rounds=1, top=3, switch_threshold=0.0, infer_latency_s=0.5, train_latency_s=1.0)
+    c = PacingConfigurator(grid, settings)
     c.start_trials(0, idle=list(range(20)), fraction=0.0, rng=np.random.default_rng(0))
     c.finish_trial_round(0, {})  # no gain measured anywhere: AUG-E 0 for all
     assert c.ranked == [Pacing(5, 2, 1), Pacing(1, 2, 1), Pacing(1, 4, 4)]
 
 
 def test_configurator_waits_for_idle_clients_and_gives_up_when_none():
-    c = PacingConfigurator([Pacing(1, 4, 1), Pacing(1, 2, 1)], 1, 2, 0.0, 0.5, 1.0, parallel_trials=1)
+    settings = PacingConfig(
+        trial_rounds=1, top=2, switch_threshold=0.0, infer_latency_s=0.5, train_latency_s=1.0, parallel_trials=1
+    )
+    c = PacingConfigurator([Pacing(1, 4, 1), Pacing(1, 2, 1)], settings)
     c.start_trials(0, idle=[1, 2, 3, 4, 5], fraction=0.0, rng=np.random.default_rng(0))
     assert len(c.running) == 1 and c.pending == [Pacing(1, 2, 1)]  # one at a time: the second waits
     c.finish_trial_round(0, {0: 0.1})

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.slow
 
 
 def _mpirun(cf, run_dir, np=3, overrides=()):
-    from fedml_fes_plugins.runtimes.launcher import run_mpirun
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 
     cfg = load_config(cf)
     lines = []
-    run_mpirun(cfg, str(cf), np, run_dir, None, list(overrides), echo=lines.append, timeout_s=600)
+    run_mpirun(MpirunJob(cfg, str(cf), np, overrides=list(overrides), echo=lines.append, timeout_s=600), run_dir)
     return json.loads((run_dir / "summary.json").read_text()), lines
 
 

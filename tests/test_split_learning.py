@@ -231,10 +231,11 @@ def test_bad_split_config_is_one_line(key, value, words):
 
 
 def test_mpirun_needs_a_server_and_a_client():
-    from fedml_fes_plugins.runtimes.split_mpi import mpirun_command
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob
+    from fedml_fes_plugins.runtimes.split_mpi import MODULE
 
     with pytest.raises(FesError, match="-np must be at least 2"):
-        mpirun_command(1, "x.yaml", Path("."), None, [])
+        MpirunJob(config_from_dict({}), "x.yaml", 1).command(Path("."), module=MODULE)
 
 
 def test_cut_above_the_model_is_one_line():
@@ -313,6 +314,7 @@ def test_split_runs_in_process(tmp_path, tiny_model_dir, task, schedule):
 
 def _mpirun_matches_in_process(tmp_path: Path, tiny_model_dir: str, task: str, schedule: str) -> None:
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob
     from fedml_fes_plugins.runtimes.split_mpi import run_split_mpirun
 
     raw = _split_config(tmp_path, tiny_model_dir, task, schedule)
@@ -320,9 +322,8 @@ def _mpirun_matches_in_process(tmp_path: Path, tiny_model_dir: str, task: str, s
     cfg = config_from_dict(raw)
     local = run_in_process(cfg, make_split_run_dir(cfg, str(tmp_path / "local")), echo=lambda _: None)
     lines: list[str] = []
-    remote = run_split_mpirun(
-        cfg, str(cf), 3, make_split_run_dir(cfg, str(tmp_path / "mpi")), None, [], echo=lines.append, timeout_s=240
-    )
+    job = MpirunJob(cfg, str(cf), 3, echo=lines.append, timeout_s=240)
+    remote = run_split_mpirun(job, make_split_run_dir(cfg, str(tmp_path / "mpi")))
     assert remote["status"] == "completed" and any(line.startswith("round   1") for line in lines)
     assert remote["traffic_bytes"] == local["traffic_bytes"]
     assert remote["traffic_messages"] == local["traffic_messages"]

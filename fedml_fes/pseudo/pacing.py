@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -102,23 +103,18 @@ class Trial:
 class PacingConfigurator:
     """Algorithm 1 over a list of configurations, with trials on idle client groups."""
 
-    def __init__(
-        self,
-        grid: list[Pacing],
-        trial_rounds: int,
-        top: int,
-        switch_threshold: float,
-        infer_latency: float,
-        train_latency: float,
-        eta: float = 1.0,
-        theta: float = 1.0,
-        parallel_trials: int = 8,
-    ):
+    def __init__(self, grid: list[Pacing], settings: Any):
+        """`grid`: the configurations, first the current one (`parse_grid`). `settings`: pacing_args,
+        a `fedml_fes.config.PacingConfig` (read by its keys, not imported: the config's checks
+        import this module): trial_rounds (r), top (t), switch_threshold (s), infer_latency_s and
+        train_latency_s (l_i, l_t), eta, theta and parallel_trials."""
         if not grid:
             raise FesError("pacing needs at least one configuration (pacing_args.grid is empty)")
-        self.grid, self.r, self.t, self.s = grid, trial_rounds, top, switch_threshold
-        self.l_i, self.l_t, self.eta, self.theta = infer_latency, train_latency, eta, theta
-        self.parallel = max(1, parallel_trials)
+        self.grid = grid
+        self.r, self.t, self.s = settings.trial_rounds, settings.top, settings.switch_threshold
+        self.l_i, self.l_t = settings.infer_latency_s, settings.train_latency_s
+        self.eta, self.theta = settings.eta, settings.theta
+        self.parallel = max(1, settings.parallel_trials)
         self.current = grid[0]
         self.ranked: list[Pacing] = []
         self.pending: list[Pacing] = list(grid)  # waiting for a trial in this phase

@@ -204,17 +204,7 @@ class RoundServer:
         if self.pacing_mode == "adaptive":
             if self.val_set is None:
                 raise FesError("adaptive pacing scores configurations on the gold labels, but no client holds one")
-            self.pacer = PacingConfigurator(
-                parse_grid(pc.grid),
-                pc.trial_rounds,
-                pc.top,
-                pc.switch_threshold,
-                pc.infer_latency_s,
-                pc.train_latency_s,
-                pc.eta,
-                pc.theta,
-                pc.parallel_trials,
-            )
+            self.pacer = PacingConfigurator(parse_grid(pc.grid), pc)
 
     def _setup_configurator(self) -> None:
         """AutoFedNLP's online adapter configuration (adapter_args.configurator: progressive):

@@ -51,6 +51,15 @@ def _add_mpirun_options(p: argparse.ArgumentParser, np_help: str, required: bool
     p.add_argument("--hostfile", default=None, help="MPI hostfile (default: comm_args.mpi_host_file if it exists)")
 
 
+def _config_command(
+    sub: argparse._SubParsersAction, name: str, summary: str, description: str, cf: str = "run config YAML"
+) -> argparse.ArgumentParser:
+    """A subcommand that reads a run config: its parser, with the --cf every such command takes."""
+    p = sub.add_parser(name, help=summary, description=description)
+    p.add_argument("--cf", required=True, help=cf)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fedml-fes", description="FeS: federated few-shot NLP on FedML.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -73,35 +82,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="check the data, partition and prompts and say what the demo would do; load no weights, write nothing",
     )
 
-    run = sub.add_parser(
+    run = _config_command(
+        sub,
         "run",
-        help="run a config with the in-process runtime",
-        description="Run a FedML-style YAML config (run_configs/*.yaml) in one process.",
+        "run a config with the in-process runtime",
+        "Run a FedML-style YAML config (run_configs/*.yaml) in one process.",
     )
-    run.add_argument("--cf", required=True, help="run config YAML")
     run.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     _add_common(run, dry_run=True, resume=True)
 
-    mpi = sub.add_parser(
+    mpi = _config_command(
+        sub,
         "mpirun",
-        help="run a config under mpirun (rank 0 server, others clients)",
-        description="Launch mpirun -np N with FedML's MPI communication; same round "
+        "run a config under mpirun (rank 0 server, others clients)",
+        "Launch mpirun -np N with FedML's MPI communication; same round "
         "logic and results as `run`. Full mpirun output goes to "
         "<run_dir>/mpirun.log.",
     )
-    mpi.add_argument("--cf", required=True, help="run config YAML")
     _add_mpirun_options(mpi, "processes: 1 server + N-1 client workers", required=True)
     _add_common(mpi, dry_run=True, resume=True)
 
-    split = sub.add_parser(
+    split = _config_command(
+        sub,
         "split",
-        help="FedBERT split learning (client: embeddings + head, server: encoder body)",
-        description="Split learning on a config's split_args (task mlm | classification, schedule "
+        "FedBERT split learning (client: embeddings + head, server: encoder body)",
+        "Split learning on a config's split_args (task mlm | classification, schedule "
         "parallel | sequential): activations and gradients cross the link every step, "
         "and their bytes are counted. In-process, or under mpirun with -np N (rank 0: "
         "the server body, ranks 1..N-1: clients).",
+        cf="run config YAML (split_args)",
     )
-    split.add_argument("--cf", required=True, help="run config YAML (split_args)")
     _add_mpirun_options(split, "run under mpirun with N processes (default: in-process)", required=False)
     _add_common(split)
 
@@ -137,13 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     for name, summary, description, declare in delegated[:1]:
         declare(sub.add_parser(name, help=summary, description=description))
 
-    local = sub.add_parser(
+    local = _config_command(
+        sub,
         "cross-silo-local",
-        help="a whole cross-silo run on this machine (server + silos)",
-        description="Start the server and every client process of a cross-silo config here, "
-        "supervised; logs in <run_dir>/logs/.",
+        "a whole cross-silo run on this machine (server + silos)",
+        "Start the server and every client process of a cross-silo config here, supervised; logs in <run_dir>/logs/.",
+        cf="run config YAML (training_type: cross_silo)",
     )
-    local.add_argument("--cf", required=True, help="run config YAML (training_type: cross_silo)")
     local.add_argument(
         "--local-services",
         action="store_true",
@@ -155,14 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_common(local, resume=True)
 
-    device = sub.add_parser(
+    device = _config_command(
+        sub,
         "cross-device-local",
-        help="FedML's cross-device (Beehive) server + emulated devices on this machine",
-        description="FeS on FedML 0.9.6's cross-device server runtime with comm_args.silo_num "
+        "FedML's cross-device (Beehive) server + emulated devices on this machine",
+        "FeS on FedML 0.9.6's cross-device server runtime with comm_args.silo_num "
         "emulated devices (Python processes speaking the server's MQTT + S3 "
         "protocol); logs in <run_dir>/logs/. See docs/DEPLOY.md, Beehive.",
+        cf="run config YAML (comm_args.backend: MQTT_S3_MNN)",
     )
-    device.add_argument("--cf", required=True, help="run config YAML (comm_args.backend: MQTT_S3_MNN)")
     device.add_argument(
         "--local-services", action="store_true", help="start mosquitto and a moto S3 endpoint on free loopback ports"
     )
@@ -187,13 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certs.add_argument("--run-id", default=None, help="comm_args.run_id: also write the MQTT broker's ACL for it")
 
-    plan = sub.add_parser(
+    plan = _config_command(
+        sub,
         "plan",
-        help="choose the co-planning depth by binary search with short proxy runs",
-        description="Probe trainable depths (bias-only top layers) with short in-process runs "
+        "choose the co-planning depth by binary search with short proxy runs",
+        "Probe trainable depths (bias-only top layers) with short in-process runs "
         "of the config and pick the shallowest within --tolerance of the deepest.",
+        cf="run config YAML (a prompt method, e.g. fes)",
     )
-    plan.add_argument("--cf", required=True, help="run config YAML (a prompt method, e.g. fes)")
     plan.add_argument("--rounds", type=int, default=3, help="proxy rounds per probed depth (default 3)")
     plan.add_argument("--tolerance", type=float, default=0.01, help="accuracy loss allowed (default 0.01)")
     plan.add_argument("--max-depth", type=int, default=0, help="deepest plan probed (default: all layers)")
@@ -243,12 +255,10 @@ def _cross_silo(opts: argparse.Namespace) -> int:
 
         return run_guarded(opts, lambda line: print(line, flush=True))
     from fedml_fes_plugins.cross_silo.launch import run_local
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
-    _print_summary(
-        run_local(
-            opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, resume=opts.resume, tls=not opts.no_tls
-        )
-    )
+    job = LocalJob(opts.cf, opts.set, opts.run_dir, opts.local_services)
+    _print_summary(run_local(job, resume=opts.resume, tls=not opts.no_tls))
     return 0
 
 
@@ -312,10 +322,10 @@ def _main(opts: argparse.Namespace) -> int:
             return _cross_silo(opts)
         if opts.command == "cross-device-local":
             from fedml_fes_plugins.cross_device.launch import run_local as run_cross_device
+            from fedml_fes_plugins.cross_silo.services import LocalJob
 
-            summary = run_cross_device(
-                opts.cf, opts.set, opts.run_dir, local_services=opts.local_services, timeout_s=opts.timeout
-            )
+            job = LocalJob(opts.cf, opts.set, opts.run_dir, opts.local_services, timeout_s=opts.timeout)
+            summary = run_cross_device(job)
             _print_summary(summary)
             print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))
             return 0
@@ -371,12 +381,11 @@ def _main(opts: argparse.Namespace) -> int:
             return 0
         resume = point is not None
         if opts.command == "mpirun":
-            from fedml_fes_plugins.runtimes.launcher import mpirun_command, run_mpirun
+            from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 
-            hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
-            mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # validate before creating anything
+            job = MpirunJob.from_options(cfg, opts)  # -np and the host file checked before anything is created
             run_dir = make_run_dir(cfg, opts.run_dir, lock=True)  # held while mpirun runs
-            run_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set, resume=resume)
+            run_mpirun(job, run_dir, resume=resume)
             summary = json.loads((run_dir / "summary.json").read_text())
         else:
             from fedml_fes_plugins.runtimes.inprocess import run_in_process

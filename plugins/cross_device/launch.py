@@ -25,7 +25,7 @@ import yaml
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cross_device.settings import STATS_FILE
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
-from fedml_fes_plugins.cross_silo.services import LocalRun, Service, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import LocalJob, LocalRun, Service, start_mosquitto, start_s3
 
 DEVICE_GRACE_S = 15.0  # after the server's end, devices get this long to leave
 FAILURE_GRACE_S = 5.0  # after the first failure, the others get this long to end on their own
@@ -56,25 +56,25 @@ class Child(ServiceChild):
         return self.last_error if self.last_error.startswith(self.name) else f"{self.name}: {self.last_error}"
 
 
-def _effective_config(
-    config_path: str, overrides: list[str], run_dir: str | None, local_services: bool, services: list[Service]
-) -> tuple[Path, Path, Any, Any]:
+def _effective_config(job: LocalJob, services: list[Service]) -> tuple[Path, Path, Any, Any]:
     from fedml_fes.config import config_from_dict, parse_overrides, read_sections
     from fedml_fes.runtime.job import check_before_run, make_run_dir
     from fedml_fes.runtime.rundir import release_run_dir
     from fedml_fes_plugins.cross_device.settings import check_devices, device_settings
 
-    raw = read_sections(config_path, parse_overrides(overrides))
-    cfg = config_from_dict({k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}, source=str(config_path))
+    raw = read_sections(job.config_path, parse_overrides(job.overrides))
+    cfg = config_from_dict(
+        {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}, source=str(job.config_path)
+    )
     check_devices(cfg)  # bad input fails before a run directory exists
-    if not local_services:
+    if not job.local_services:
         device_settings(cfg)  # the broker and bucket settings too (placeholders with --local-services)
     check_before_run(cfg)
-    path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns
+    path = make_run_dir(cfg, job.run_dir, lock=True)  # held until run_local returns
     try:
         comm = raw.setdefault("comm_args", {})
         comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
-        if local_services:
+        if job.local_services:
             services.append(start_mosquitto(path / "services" / "mosquitto"))
             services.append(start_s3(path / "services" / "s3"))
             comm["customized_training_mqtt_config"] = services[0].config
@@ -103,31 +103,22 @@ def _first_failure(children: dict[str, Child]) -> str | None:
     return (causes or errors or [None])[0]
 
 
-def run_local(
-    config_path: str,
-    overrides: list[str],
-    run_dir: str | None = None,
-    local_services: bool = False,
-    echo: Callable[[str], None] = print,
-    timeout_s: float | None = None,
-) -> dict[str, Any]:
+def run_local(job: LocalJob) -> dict[str, Any]:
     """Devices + FedML's cross-device server here; the run's summary with the transfer
     statistics under `cross_device`, or FesError with the one error line."""
     from fedml_fes_plugins.cross_device.settings import check_transport
 
     run = LocalRun()
     start = time.monotonic()
-    deadline = start + timeout_s if timeout_s else None
+    deadline = start + job.timeout_s if job.timeout_s else None
     try:
-        path, effective, cfg, settings = _effective_config(
-            config_path, overrides, run_dir, local_services, run.services
-        )
+        path, effective, cfg, settings = _effective_config(job, run.services)
         run.path = path  # locked: `close` releases it
         check_transport(settings)
         if cfg.model.mlm_from:  # built (or found cached) before the devices load it; the import is FedML's 10 s
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
-            ensure_mlm_build(cfg, echo)
+            ensure_mlm_build(cfg, job.echo)
         run.prepare(cfg.common.torch_threads)
         base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
         for edge in settings.edge_ids:
@@ -136,7 +127,7 @@ def run_local(
         # has subscribed, the server asks every device when it has), so start-up costs the slowest load, not the sum
         run.start(Child, "server", base + ["--role", "server"], "server.log")
         run.write_pids()
-        error = _supervise(run.children, run.lines, echo, deadline)
+        error = _supervise(run.children, run.lines, job.echo, deadline)
     finally:
         run.close()
     if error:

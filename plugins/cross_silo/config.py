@@ -7,7 +7,7 @@ lives in the run config's `comm_args`, checked here before any process touches t
 so that a wrong rank or a missing broker setting is one clear line instead of a hang or,
 worse, FedML silently fetching the FedML cloud's broker.
 
-The keys below are `comm_args` of the one typed run config (`fedml_fes/config.py`, read by
+The keys below are `comm_args` of the one typed run config (`fedml_fes.config`, read by
 `load_config`); this module only checks what FedML's transports need of them.
 """
 

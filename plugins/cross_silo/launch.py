@@ -29,7 +29,15 @@ from fedml_fes_plugins.cross_silo.certs import broker_files, comm_keys, make_run
 from fedml_fes_plugins.cross_silo.config import CrossSiloSettings, load_cross_silo
 from fedml_fes_plugins.cross_silo.main import TAG
 from fedml_fes_plugins.cross_silo.services import Child as ServiceChild
-from fedml_fes_plugins.cross_silo.services import LocalRun, Service, free_port, mqtt_acl, start_mosquitto, start_s3
+from fedml_fes_plugins.cross_silo.services import (
+    LocalJob,
+    LocalRun,
+    Service,
+    free_port,
+    mqtt_acl,
+    start_mosquitto,
+    start_s3,
+)
 from fedml_fes_plugins.cross_silo.tls import KEYS as TLS_KEYS
 
 SILO_GRACE_S = 15.0
@@ -52,43 +60,38 @@ def _local_grpc_ipconfig(path: Path, silo_num: int) -> None:
 
 
 def _prepare(
-    config_path: str,
-    overrides: dict[str, Any],
-    run_dir: str | None,
-    local_services: bool,
-    services: list[Service],
-    resume: bool = False,
-    tls: bool = True,
+    job: LocalJob, services: list[Service], resume: bool = False, tls: bool = True
 ) -> tuple[Path, Path, Any, CrossSiloSettings]:
     """Run dir, services, and the effective config every process reads, checked. `resume`: the
-    run in `run_dir` can be continued (else a run left unfinished there is refused). `tls`:
+    run in the job's run_dir can be continued (else a run left unfinished there is refused). `tls`:
     local services get a throw-away CA and run over TLS unless the config names its own files."""
-    from fedml_fes.config import CommConfig, config_from_dict, read_sections
+    from fedml_fes.config import CommConfig, config_from_dict, parse_overrides, read_sections
     from fedml_fes.runtime.checkpoint import check_start
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes.runtime.rundir import check_not_locked, release_run_dir
 
-    raw = read_sections(config_path, overrides)
+    overrides = parse_overrides(job.overrides)
+    raw = read_sections(job.config_path, overrides)
     probe = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
-    cfg = config_from_dict(probe, source=str(config_path))
-    if run_dir:
-        check_not_locked(run_dir)  # a live run's folder: one line, before reading its checkpoint
-    point = check_start(cfg, run_dir, resume)
+    cfg = config_from_dict(probe, source=str(job.config_path))
+    if job.run_dir:
+        check_not_locked(job.run_dir)  # a live run's folder: one line, before reading its checkpoint
+    point = check_start(cfg, job.run_dir, resume)
     if point is not None and point["completed"]:
-        raise AlreadyCompleted(Path(run_dir), point["num_rounds"])
-    path = make_run_dir(cfg, run_dir, lock=True)  # held until run_local returns; its server writes under it
+        raise AlreadyCompleted(Path(job.run_dir), point["num_rounds"])
+    path = make_run_dir(cfg, job.run_dir, lock=True)  # held until run_local returns; its server writes under it
     try:
         comm = raw.setdefault("comm_args", {})
         comm["run_id"] = comm.get("run_id") or f"fes-{path.name}"
         backend = str(cfg.comm.backend).upper()
-        if local_services and tls and not any(comm.get(k) for k in TLS_KEYS):  # secure by default
-            _local_tls(comm, path / "services" / "certs", _silo_num(comm, config_path, overrides, backend))
-        if local_services and backend == "MQTT_S3" and not any(comm.get(k) for k in TLS_KEYS):
+        if job.local_services and tls and not any(comm.get(k) for k in TLS_KEYS):  # secure by default
+            _local_tls(comm, path / "services" / "certs", _silo_num(comm, job.config_path, overrides, backend))
+        if job.local_services and backend == "MQTT_S3" and not any(comm.get(k) for k in TLS_KEYS):
             services.append(start_mosquitto(path / "services" / "mosquitto"))
             services.append(start_s3(path / "services" / "s3"))
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
-        elif local_services and backend == "MQTT_S3":
+        elif job.local_services and backend == "MQTT_S3":
             broker = broker_files(Path(comm["tls_ca"]).parent)  # the broker's pair beside the CA
             silos = {r: r for r in range(1, int(comm.get("silo_num") or 0) + 1)}
             acl = mqtt_acl(comm["run_id"], 0, silos)
@@ -96,12 +99,12 @@ def _prepare(
             services.append(start_s3(path / "services" / "s3"))
             comm["customized_training_mqtt_config"] = services[0].config
             comm["customized_training_s3_config"] = services[1].config
-        elif backend == "GRPC" and not local_services:  # absolute: the children need not share our cwd
+        elif backend == "GRPC" and not job.local_services:  # absolute: the children need not share our cwd
             comm["grpc_ipconfig_path"] = str(
                 Path(comm.get("grpc_ipconfig_path") or CommConfig().grpc_ipconfig_path).resolve()
             )
-        elif local_services and backend == "GRPC":
-            silo_num = _silo_num(comm, config_path, overrides, backend)
+        elif job.local_services and backend == "GRPC":
+            silo_num = _silo_num(comm, job.config_path, overrides, backend)
             _local_grpc_ipconfig(path / "grpc_ipconfig.csv", silo_num)
             comm["grpc_ipconfig_path"] = str(path / "grpc_ipconfig.csv")
             comm["silo_num"] = silo_num
@@ -138,20 +141,11 @@ class AlreadyCompleted(Exception):
         self.run_dir = run_dir
 
 
-def run_local(
-    config_path: str,
-    overrides: list[str],
-    run_dir: str | None = None,
-    local_services: bool = False,
-    echo: Callable[[str], None] = print,
-    timeout_s: float | None = None,
-    resume: bool = False,
-    tls: bool = True,
-) -> dict[str, Any]:
+def run_local(job: LocalJob, resume: bool = False, tls: bool = True) -> dict[str, Any]:
     """Run server + silos here; returns the server's summary, raises FesError with the error line.
-    `resume`: continue the run in `run_dir` after its checkpointed round (the silos restore
-    their devices to it); a completed run's summary is returned as it is."""
-    from fedml_fes.config import parse_overrides
+    `resume`: continue the run in the job's run_dir after its checkpointed round (the silos
+    restore their devices to it); a completed run's summary is returned as it is. `tls`: local
+    services run over TLS with a throw-away CA unless the config names its own files."""
     from fedml_fes.runtime.job import check_before_run
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
@@ -159,11 +153,9 @@ def run_local(
     run = LocalRun()
     try:
         try:
-            path, effective, cfg, settings = _prepare(
-                config_path, parse_overrides(overrides), run_dir, local_services, run.services, resume, tls
-            )
+            path, effective, cfg, settings = _prepare(job, run.services, resume, tls)
         except AlreadyCompleted as done:
-            echo(str(done))
+            job.echo(str(done))
             return json.loads((done.run_dir / "summary.json").read_text())
         run.path = path  # locked: `close` releases it
         check_before_run(cfg)
@@ -173,7 +165,7 @@ def run_local(
                     check_port(peer.ip, peer.port, f"rank {rank} in {settings.grpc_ipconfig_path}")
         else:
             preflight(settings, 0)
-        ensure_mlm_build(cfg, echo)
+        ensure_mlm_build(cfg, job.echo)
         run.prepare(cfg.common.torch_threads)
         base = [
             sys.executable,
@@ -191,7 +183,7 @@ def run_local(
             silo = base + ["--role", "client", "--rank", str(rank), "--run-dir", str(path / "silos" / str(rank))]
             run.start(Child, f"silo{rank}", silo, f"silo{rank}.log")
         run.write_pids()
-        error = _supervise(run.children, run.lines, echo, timeout_s)
+        error = _supervise(run.children, run.lines, job.echo, job.timeout_s)
         server_rc = run.children["server"].proc.returncode
     finally:
         run.close()

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cross_silo.certs import rank_name
@@ -143,6 +143,21 @@ class Service:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+@dataclass
+class LocalJob:
+    """What a launcher of a whole run on this machine (`cross-silo-local`, `cross-device-local`)
+    is asked for: the config file and its `--set` items, the run folder (None: a new one under
+    common_args.output_dir), whether to start the services on free loopback ports
+    (`--local-services`), where the run's lines go and how long it may take (None: no limit)."""
+
+    config_path: str
+    overrides: list[str] = field(default_factory=list)
+    run_dir: str | None = None
+    local_services: bool = False
+    echo: Callable[[str], None] = print
+    timeout_s: float | None = None
 
 
 class LocalRun:

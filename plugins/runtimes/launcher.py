@@ -16,12 +16,14 @@ it names it (`rank 2 (pid 1234): exited on signal 9 (Killed)`) on stderr and in 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -32,6 +34,7 @@ from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree
 
 # prterun's banner when a rank dies by a signal (wrapped over lines)
 _RANK_DIED = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on\s+signal (\d+)\s*(\(([^)]*)\))?")
+MPI_MAIN = "fedml_fes_plugins.runtimes.mpi_main"  # the FedAvg ranks' module
 
 
 def find_mpirun() -> str:
@@ -66,7 +69,7 @@ def mpirun_command(
     hostfile: str | None,
     overrides: list[str],
     resume: bool = False,
-    module: str = "fedml_fes_plugins.runtimes.mpi_main",
+    module: str = MPI_MAIN,
 ) -> list[str]:
     """mpirun -np N running `module` on every rank (FedAvg rounds: mpi_main; split learning:
     split_mpi), with the config, run dir and overrides each rank reads."""
@@ -99,16 +102,44 @@ def mpirun_command(
     return cmd
 
 
-def run_ranks(
-    cmd: list[str], cfg: FesConfig, log, echo: Callable[[str], None], timeout_s: float | None, tag: str = TAG
-) -> tuple[int, str | None]:
-    """Start an mpirun line (FedAvg's or split learning's) and relay it until it ends: every line
-    into `log`, the ranks' lines tagged `tag` to `echo`. Returns (exit code, the ranks' first
-    error line); whatever ends the wait (the end, a stop, `timeout_s`) first ends every process
-    it started (mpirun runs in a session of its own and dies with this process)."""
+@dataclass
+class MpirunJob:
+    """One mpirun launch of a run's ranks, FedAvg's (`fedml-fes mpirun`) or split learning's
+    (`fedml-fes split -np N`): the config they read and its file, how many, the host file
+    (None: mpirun's own), the `--set` items every rank applies, where the ranks' lines go and
+    how long the launch may take (None: no limit)."""
+
+    cfg: FesConfig
+    config_path: str
+    np: int
+    hostfile: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    echo: Callable[[str], None] = print
+    timeout_s: float | None = None
+
+    @classmethod
+    def from_options(cls, cfg: FesConfig, opts: argparse.Namespace) -> MpirunJob:
+        """The command line's job (--cf, -np, --hostfile, else comm_args.mpi_host_file where it
+        exists, --set), its -np and host file checked before any run folder is made."""
+        hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
+        job = cls(cfg, opts.cf, opts.np, hostfile, list(opts.set))
+        job.command(Path("."))
+        return job
+
+    def command(self, run_dir: Path, resume: bool = False, module: str = MPI_MAIN) -> list[str]:
+        """The mpirun line running `module` on every rank (see `mpirun_command`)."""
+        return mpirun_command(self.np, self.config_path, run_dir, self.hostfile, self.overrides, resume, module)
+
+
+def run_ranks(job: MpirunJob, cmd: list[str], log, tag: str = TAG) -> tuple[int, str | None]:
+    """Start the job's mpirun line `cmd` (`job.command`: FedAvg's ranks or split learning's) and
+    relay it until it ends: every line into `log`, the ranks' lines tagged `tag` to the job's
+    echo. Returns (exit code, the ranks' first error line); whatever ends the wait (the end, a
+    stop, the job's timeout) first ends every process it started (mpirun runs in a session of
+    its own and dies with this process)."""
     env = dict(os.environ)
-    if cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
-        env.setdefault("OMP_NUM_THREADS", str(cfg.common.torch_threads))
+    if job.cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
+        env.setdefault("OMP_NUM_THREADS", str(job.cfg.common.torch_threads))
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -120,8 +151,8 @@ def run_ranks(
         preexec_fn=die_with_parent,
     )
     try:
-        error = relay_tagged(proc, log, echo, tag)
-        return proc.wait(timeout=timeout_s), error
+        error = relay_tagged(proc, log, job.echo, tag)
+        return proc.wait(timeout=job.timeout_s), error
     finally:
         end_process_tree(proc)  # whatever ends the launcher ends what it started
         proc.stdout.close()
@@ -137,22 +168,12 @@ def rank_death(log_text: str) -> str | None:
     return f"rank {m.group(1)} (pid {m.group(2)}): exited on signal {m.group(4)}{name}"
 
 
-def run_mpirun(
-    cfg: FesConfig,
-    config_path: str,
-    np: int,
-    run_dir: Path,
-    hostfile: str | None,
-    overrides: list[str],
-    echo: Callable[[str], None] = print,
-    timeout_s: float | None = None,
-    resume: bool = False,
-) -> int:
+def run_mpirun(job: MpirunJob, run_dir: Path, resume: bool = False) -> int:
     """Run and stream; returns 0 on success, raises FesError with the ranks' error line, and
     re-raises a stop (KeyboardInterrupt / signals.Interrupted) after ending every process it
     started and writing summary.json. `resume`: the server continues from run_dir's checkpoint."""
-    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides, resume)
-    run_dir = Path(run_dir)
+    cmd = job.command(run_dir, resume)
+    cfg, run_dir = job.cfg, Path(run_dir)
     log_path = run_dir / "mpirun.log"
     (run_dir / "summary.json").unlink(missing_ok=True)  # a stale one (resume): the run writes its own
     # a checkpoint from before this launch counts only when resuming (file times are coarser than time.time())
@@ -160,12 +181,12 @@ def run_mpirun(
     with log_path.open("a" if resume else "w") as log:
         log_start = log.tell()  # a resumed run's log holds the earlier launches too
         try:
-            rc, error = run_ranks(cmd, cfg, log, echo, timeout_s)
+            rc, error = run_ranks(job, cmd, log)
         except KeyboardInterrupt as e:  # every rank has ended: the summary from the checkpoint
             _close_summary(cfg, run_dir, "interrupted", interrupt_reason(e), since)
             raise
         except subprocess.TimeoutExpired:
-            _close_summary(cfg, run_dir, "failed", f"mpirun did not finish within {timeout_s:.0f}s", since)
+            _close_summary(cfg, run_dir, "failed", f"mpirun did not finish within {job.timeout_s:.0f}s", since)
             raise
     if rc != 0 or error:
         with log_path.open(errors="replace") as f:

@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
+if TYPE_CHECKING:  # the launcher is imported by the launch only: a rank never needs it
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob
+
 TAG = "@split "
+MODULE = "fedml_fes_plugins.runtimes.split_mpi"  # the ranks' module, under `fedml-fes split -np N`
 TAG_REQUEST, TAG_REPLY, TAG_CONTROL = 11, 12, 13
 PROBE_MIN_S, PROBE_MAX_S = 0.0002, 0.01
 
@@ -177,35 +180,18 @@ def main(argv: list[str] | None = None) -> int:
 # ---- the launcher (`fedml-fes split -np N`) ----
 
 
-def mpirun_command(np: int, config: str, run_dir: Path, hostfile: str | None, overrides: list[str]) -> list[str]:
-    """The FedAvg launcher's mpirun line, running this module's ranks."""
-    from fedml_fes_plugins.runtimes.launcher import mpirun_command as fedavg_mpirun_command
-
-    return fedavg_mpirun_command(
-        np, config, run_dir, hostfile, overrides, module="fedml_fes_plugins.runtimes.split_mpi"
-    )
-
-
-def run_split_mpirun(
-    cfg: FesConfig,
-    config_path: str,
-    np: int,
-    run_dir: Path,
-    hostfile: str | None,
-    overrides: list[str],
-    echo: Callable[[str], None] = print,
-    timeout_s: float | None = None,
-) -> dict[str, Any]:
-    """Run the ranks, show their lines, keep mpirun's whole output in <run_dir>/mpirun.log;
-    returns summary.json's content, raises FesError with the ranks' error line."""
+def run_split_mpirun(job: MpirunJob, run_dir: Path) -> dict[str, Any]:
+    """Run the job's ranks (this module's), show their lines, keep mpirun's whole output in
+    <run_dir>/mpirun.log; returns summary.json's content, raises FesError with the ranks'
+    error line."""
     import json
 
     from fedml_fes_plugins.runtimes.launcher import run_ranks
 
-    cmd = mpirun_command(np, config_path, run_dir, hostfile, overrides)
+    cmd = job.command(run_dir, module=MODULE)
     run_dir = Path(run_dir)
     with (run_dir / "mpirun.log").open("w") as log:
-        rc, error = run_ranks(cmd, cfg, log, echo, timeout_s, TAG)
+        rc, error = run_ranks(job, cmd, log, TAG)
     if rc != 0 or error:
         raise FesError(error or f"mpirun exited with code {rc} (see {run_dir / 'mpirun.log'})")
     return json.loads((run_dir / "summary.json").read_text())
@@ -215,13 +201,12 @@ def run_split_command(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any
     """`fedml-fes split`: in-process without -np, else under mpirun with -np processes."""
     from fedml_fes.models import resolve_model_path
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
+    from fedml_fes_plugins.runtimes.launcher import MpirunJob
 
     resolve_model_path(cfg.model.model)  # a missing local model: one line now, not from every rank later
     if opts.np:
-        hostfile = opts.hostfile or (cfg.comm.mpi_host_file if os.path.isfile(cfg.comm.mpi_host_file) else None)
-        mpirun_command(opts.np, opts.cf, Path("."), hostfile, [])  # checks before anything is created
-        run_dir = make_split_run_dir(cfg, opts.run_dir, lock=True)
-        return run_split_mpirun(cfg, opts.cf, opts.np, run_dir, hostfile, opts.set)
+        job = MpirunJob.from_options(cfg, opts)  # -np and the host file checked before anything is created
+        return run_split_mpirun(job, make_split_run_dir(cfg, opts.run_dir, lock=True))
     run_dir = make_split_run_dir(cfg, opts.run_dir, lock=True)
     print(f"run directory: {run_dir}", flush=True)
     return run_in_process(cfg, run_dir, echo=lambda line: print(line, flush=True))

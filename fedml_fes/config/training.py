@@ -1,0 +1,189 @@
+"""What a run trains and how: model_args, train_args, tuning_args and adapter_args, each with its
+checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import FesError
+from .common import OFFLINE_MINILM, check
+
+METHODS = (
+    "fedcls",
+    "prompt_only",
+    "pseudo_only",
+    "fedfsl",
+    "fedfsl_bias",
+    "fes",
+    "fes_no_cp",
+    "fes_no_rf",
+    "fes_no_dc",
+    "fedbert_mlm",
+    "adapter",
+    "lora",
+)
+ADAPTER_METHODS = ("adapter", "lora")  # read adapter_args
+
+
+@dataclass
+class ModelConfig:
+    """Any HF model id or local path; `offline:all-MiniLM-L6-v2` is the packaged default."""
+
+    model: str = OFFLINE_MINILM  # roberta-large is the paper's choice
+    max_seq_length: int = 128
+    # A fedbert_mlm config whose cached build supplies the MLM head (built first if missing);
+    # for models shipped without one, like the offline MiniLM. Empty: use `model` as is.
+    mlm_from: str = ""
+    # Build that head on this job's own clients' text (FedBERT's premise: pre-train on the data the
+    # clients hold): mlm_from then gives the recipe, the job's data_args replace its data. One
+    # build per dataset, shared by every seed and method of it.
+    mlm_on_job_data: bool = False
+    tuning: str = "full"  # full | bias (BitFit: biases only) | plan (tuning_args' layer plan)
+
+
+def validate_model(m: ModelConfig) -> None:
+    """model_args' values, one error line each."""
+    check(m.max_seq_length >= 8, f"model_args.max_seq_length must be >= 8, got {m.max_seq_length}")
+    check(m.model != "", "model_args.model must name an HF model id or a local path")
+    check(
+        not m.mlm_on_job_data or bool(m.mlm_from),
+        "model_args.mlm_on_job_data needs model_args.mlm_from (the fedbert_mlm recipe to build with)",
+    )
+    check(
+        m.tuning in ("full", "bias", "plan"),
+        f"model_args.tuning must be full, bias or plan, got '{m.tuning}'",
+    )
+
+
+@dataclass
+class TrainConfig:
+    """Federated optimisation settings shared by all methods."""
+
+    method: str = "fedcls"  # fedcls | fedbert_mlm
+    federated_optimizer: str = "FedAvg"
+    comm_round: int = 10
+    client_num_per_round: int = 4
+    epochs: int = 1
+    batch_size: int = 4
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.0
+    eval_batch_size: int = 64
+    frequency_of_the_test: int = 1
+    # Robust aggregation: with >= 3 valid updates in an aggregation, one whose change (update
+    # minus the current global model, L2 norm over all trainable tensors) is more than this
+    # many times the median change of those updates is rejected and logged, never averaged.
+    # 0: off (the absolute bound still applies: a change over 1e6 x the global's norm is always
+    # rejected). See fedml_fes/tuning/params.py screen_updates.
+    robust_norm_factor: float = 10.0
+
+
+def validate_train(t: TrainConfig, client_num_in_total: int, given: "set[str] | frozenset[str] | None" = None) -> None:
+    """train_args' values, one error line each. `given`: the 'section.key's the config set
+    itself (None: all); the default client_num_per_round on fewer clients takes them all."""
+    check(t.method in METHODS, f"train_args.method '{t.method}' is not one of {', '.join(METHODS)}")
+    check(
+        t.federated_optimizer == "FedAvg",
+        f"train_args.federated_optimizer '{t.federated_optimizer}' is not supported (FedAvg)",
+    )
+    check(t.comm_round >= 1, f"train_args.comm_round must be >= 1, got {t.comm_round}")
+    check(t.client_num_per_round >= 1, f"train_args.client_num_per_round must be >= 1, got {t.client_num_per_round}")
+    if t.client_num_per_round > client_num_in_total:
+        if given is None or "train_args.client_num_per_round" in given:
+            raise FesError(
+                f"train_args.client_num_per_round is {t.client_num_per_round}, more than the "
+                f"{client_num_in_total} clients of data_args.client_num_in_total"
+            )
+        t.client_num_per_round = client_num_in_total  # the default (4) on fewer clients: all of them
+    check(t.epochs >= 1, f"train_args.epochs must be >= 1, got {t.epochs}")
+    check(t.batch_size >= 1, f"train_args.batch_size must be >= 1, got {t.batch_size}")
+    check(t.eval_batch_size >= 1, f"train_args.eval_batch_size must be >= 1, got {t.eval_batch_size}")
+    check(t.learning_rate > 0, f"train_args.learning_rate must be > 0, got {t.learning_rate}")
+    check(t.weight_decay >= 0, f"train_args.weight_decay must be >= 0, got {t.weight_decay}")
+    check(t.frequency_of_the_test >= 1, f"train_args.frequency_of_the_test must be >= 1, got {t.frequency_of_the_test}")
+    check(
+        t.robust_norm_factor == 0 or t.robust_norm_factor >= 1,
+        f"train_args.robust_norm_factor must be 0 (off) or >= 1 (x the median update change), "
+        f"got {t.robust_norm_factor}",
+    )
+
+
+@dataclass
+class TuningConfig:
+    """Depth/capacity co-planning: top layers full, middle layers bias-only, bottom frozen."""
+
+    full_layers: int = 0  # top encoder layers trained fully
+    # the layers below them: biases only; everything lower is frozen. -1: the top third of the
+    # encoder, the paper's ratio (RoBERTa-large: biases of layers 16-23 of 24; MiniLM: 2 of 6)
+    bias_layers: int = -1
+    activation_cache: bool = True  # cache frozen-bottom outputs per client (skip recompute)
+    # learning rate whenever only biases train (fedfsl_bias; fes with no full layer): a bias
+    # step must be far larger than a full fine-tuning step. The paper's artifact: 1e-3.
+    # 0: train_args.learning_rate
+    bias_learning_rate: float = 0.0
+    # local epochs whenever only biases train. Bias-only steps are cheap (the frozen bottom
+    # comes from the activation cache), and a bias-only model needs many more of them than
+    # a fully tuned one to fit the same labels (BitFit). 0: train_args.epochs
+    bias_epochs: int = 0
+
+
+def validate_tuning(tu: TuningConfig) -> None:
+    """tuning_args' values, one error line each; the layer counts against the model's depth
+    are checked when the plan is made."""
+    check(
+        tu.full_layers >= 0 and tu.bias_layers >= -1,
+        "tuning_args.full_layers must be >= 0 and bias_layers >= 0 (or -1: the top third), "
+        f"got {tu.full_layers} and {tu.bias_layers}",
+    )
+    check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
+    check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
+
+
+@dataclass
+class AdapterConfig:
+    """AutoFedNLP-style adapter / LoRA tuning (train_args.method adapter | lora) through HF PEFT.
+
+    PEFT modules go in encoder layers `depth`..L-1; everything below (embeddings included) is
+    frozen, so its outputs can come from the activation cache (tuning_args.activation_cache).
+    Only the PEFT tensors (and the prompt's class bias, prompt_args.train_class_bias) train and
+    travel. See fedml_fes/tuning/adapters.py for what each method adapts.
+    """
+
+    depth: int = -1  # first encoder layer with adapters; -1: the bottom third frozen (MiniLM: 2 of 6)
+    width: int = 8  # bottleneck width = LoRA rank r
+    alpha: float = 16.0  # LoRA scaling: updates are scaled by alpha / width
+    dropout: float = 0.0  # dropout on the adapters' input while training
+    learning_rate: float = 0.0  # 0: train_args.learning_rate (adapters usually want ~1e-3)
+    # AutoFedNLP's progressive configurator (fedml_fes/tuning/autoconfig.py). fixed: depth and
+    # width as above for the whole run. progressive: they are the start; trial groups try one
+    # step deeper / twice as wide and the main configuration upgrades when a trial wins on
+    # validation gain per emulated device second
+    configurator: str = "fixed"
+    min_depth: int = -1  # progressive: the deepest the adapters may reach (-1: the bottom third frozen)
+    max_width: int = 32  # progressive: the widest they may grow
+    trial_rounds: int = 2  # progressive: rounds in each trial period before a decision
+    trial_share: float = 0.4  # progressive: share of each round's clients that train the trial configurations
+
+
+def validate_adapter(a: AdapterConfig) -> None:
+    """adapter_args' values, one error line each; depth against the model's layer count is
+    checked when the model is built (tuning.adapters.adapter_plan)."""
+    check(
+        a.depth >= -1,
+        f"adapter_args.depth must be >= 0 (the first layer with adapters) or -1 (the bottom "
+        f"third frozen), got {a.depth}",
+    )
+    check(a.width >= 1, f"adapter_args.width must be >= 1 (bottleneck width / LoRA rank), got {a.width}")
+    check(a.alpha > 0, f"adapter_args.alpha must be > 0, got {a.alpha}")
+    check(0 <= a.dropout < 1, f"adapter_args.dropout must be in [0, 1), got {a.dropout}")
+    check(
+        a.learning_rate >= 0,
+        f"adapter_args.learning_rate must be >= 0 (0: train_args.learning_rate), got {a.learning_rate}",
+    )
+    check(
+        a.configurator in ("fixed", "progressive"),
+        f"adapter_args.configurator must be fixed or progressive, got '{a.configurator}'",
+    )
+    check(a.min_depth >= -1, f"adapter_args.min_depth must be >= 0 or -1 (the bottom third frozen), got {a.min_depth}")
+    check(a.max_width >= a.width, f"adapter_args.max_width ({a.max_width}) must be >= adapter_args.width ({a.width})")
+    check(a.trial_rounds >= 1, f"adapter_args.trial_rounds must be >= 1, got {a.trial_rounds}")
+    check(0 < a.trial_share < 1, f"adapter_args.trial_share must be in (0, 1), got {a.trial_share}")
