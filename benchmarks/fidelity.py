@@ -9,7 +9,7 @@ AG News (official CSV layout, --agnews-dir), BBC News and TREC-6, seeds 0 1 2, e
 run_configs/fidelity.yaml with only the method, the seed, the data keys and the dataset's PVP
 pattern id changed. Writes benchmarks/results/fidelity.csv and fidelity.md (--results) from the
 run folders in runs/fidelity (--out). The same as `fedml-fes bench --suite fidelity`; the logic
-is in plugins/bench/fidelity.py.
+is in plugins/bench/fidelity.py (the command line) and the fidelity_*.py modules beside it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,285 @@
+"""Running the fidelity suite: the pending runs (a finished run with the same config is skipped),
+a stopped run continuing from its checkpoint, the one MLM build before any run, and the runs
+themselves, in this process or in --jobs worker processes (spawned; _worker_loop is looked up
+by its module path); then the report (fidelity_report.py).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedml_fes.config import FesConfig
+from fedml_fes.errors import FesError
+from fedml_fes_plugins.bench.config import run_config
+from fedml_fes_plugins.bench.fidelity_report import report
+from fedml_fes_plugins.bench.fidelity_rows import heldout_classes
+from fedml_fes_plugins.bench.fidelity_spec import PATH_KEYS, Echo, FidelityOptions, check_options, plans
+
+
+@dataclass
+class Pending:
+    dataset: str
+    method: str
+    seed: int
+    cfg: FesConfig
+    run_dir: Path
+
+    @property
+    def tag(self) -> str:
+        return f"{self.dataset} {self.method} s{self.seed}"
+
+
+# ---- pending runs ---------------------------------------------------------------------------
+
+
+def pending_runs(o: FidelityOptions) -> tuple[list[Pending], int]:
+    """(runs to do, runs already complete); a finished run made with another config is an error."""
+    from fedml_fes_plugins.bench.runner import _config_changes, _status, run_dir_of
+
+    todo, done = [], 0
+    for name, plan in plans(o).items():
+        for method, seed in plan.run_names():
+            cfg = run_config(plan, method, seed)
+            rd = run_dir_of(Path(o.out) / name, method, seed)
+            if _status(rd) == "completed":
+                changed = [k for k in _config_changes(rd, cfg) if k not in PATH_KEYS]
+                if changed:
+                    raise FesError(
+                        f"{rd} was run with a different config ({', '.join(changed[:4])} changed); "
+                        f"use another --out or remove that run directory"
+                    )
+                done += 1
+                continue
+            todo.append(Pending(name, method, seed, cfg, rd))
+    return todo, done
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+
+def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
+    """Run what is not finished yet (resumable), then write the CSV and the report."""
+    check_options(o)
+    todo, done = pending_runs(o)
+    out = Path(o.out)
+    out.mkdir(parents=True, exist_ok=True)
+    _log_command(o)
+    echo(
+        f"fidelity benchmark: {len(todo) + done} runs, {done} already complete, {len(todo)} to do in {out} "
+        f"({o.jobs} at a time)"
+    )
+    if todo:
+        from fedml_fes_plugins.bench.runner import BenchInterrupted
+        from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
+
+        preflight(todo)
+        try:
+            for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
+                ensure_mlm_build(p.cfg, echo)
+        except KeyboardInterrupt:
+            raise BenchInterrupted(
+                "fidelity interrupted while building the MLM head (nothing half-built is "
+                "cached); run the same command again to resume"
+            ) from None
+        started = time.time()
+        failed = o.failed = _run_all(todo, o.jobs, echo)
+        echo(
+            f"{len(todo) - len(failed)} of {len(todo)} runs completed in {(time.time() - started) / 60:.1f} min"
+            + (f"; failed: {', '.join(failed)} (the next invocation runs them again)" if failed else "")
+        )
+    return report(o, echo)
+
+
+def preflight(todo: list[Pending]) -> None:
+    """Each pending (dataset, method)'s dry-run checks (data, PVP against the classes, model shapes on
+    the meta device; seconds, no weights), before the MLM build or any run: a dataset file whose
+    verbalizer misses a class fails here in one line, not after an hour of other runs."""
+    from fedml_fes.runtime.preview import preview_run
+
+    seen: set[tuple[str, str]] = set()
+    for p in todo:
+        if (p.dataset, p.method) not in seen:
+            seen.add((p.dataset, p.method))
+            try:
+                preview_run(p.cfg)
+            except FesError as e:
+                raise FesError(f"{p.dataset}, {p.method}: {e} (checked before any run: nothing was run)") from None
+
+
+def _result_line(p: Pending, status: dict) -> str:
+    final = status.get("final")
+    acc = f"final accuracy {final:.4f}" if isinstance(final, (int, float)) else "no accuracy"
+    err = f" ({status['error']})" if status.get("error") else ""
+    return f"{p.tag}: {status.get('status')}, {acc}, {status.get('seconds', 0):.0f} s{err}"
+
+
+def resumable(p: Pending, echo: Echo) -> bool:
+    """Whether a stopped run continues from its checkpoint (the rounds it finished are kept, as
+    `fedml-fes run --resume` keeps them); a run with no checkpoint, or one the config no longer
+    matches, is set aside in `.partial/` and starts again."""
+    from fedml_fes.runtime.checkpoint import check_resume
+    from fedml_fes_plugins.bench.runner import _set_aside
+
+    if not p.run_dir.exists():
+        return False
+    try:
+        state = check_resume(p.cfg, p.run_dir)
+    except FesError:
+        _set_aside(p.run_dir, echo)
+        return False
+    echo(f"{p.tag}: continuing after round {state['round']} of {state['num_rounds']} from its checkpoint")
+    return True
+
+
+def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
+    """Run every pending run; returns the tags of those that did not complete."""
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
+
+    failed: list[str] = []
+    if jobs == 1:
+        for i, p in enumerate(todo, 1):
+            resume = resumable(p, echo)
+            echo(f"[{i}/{len(todo)}] {p.tag}")
+            try:
+                status = run_job(p.cfg, str(p.run_dir), p.tag, resume)
+            except KeyboardInterrupt:
+                raise BenchInterrupted(
+                    f"fidelity interrupted during {p.tag}; finished runs are kept in "
+                    f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
+                    f"command again to resume"
+                ) from None
+            echo(f"[{i}/{len(todo)}] {_result_line(p, status)}")
+            if status.get("status") != "completed":
+                failed.append(p.tag)
+        return failed
+    return _run_parallel(todo, jobs, echo)
+
+
+def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dict[str, Any]:
+    """One run (or the rest of a checkpointed one, `resume`), in this process; its test-set class
+    counts go beside it (the majority-class rate)."""
+    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    start = time.time()
+    try:
+        summary = run_in_process(
+            cfg,
+            make_run_dir(cfg, run_dir),
+            progress=False,
+            echo=lambda line: print(f"  [{tag}] {line}", flush=True),
+            resume=resume,
+        )
+    except FesError as e:
+        return {"status": "failed", "error": str(e), "seconds": time.time() - start}
+    heldout_classes(Path(run_dir), cfg)
+    return {"status": summary.get("status"), "final": summary.get("final"), "seconds": time.time() - start}
+
+
+def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
+    """Take runs from `tasks` until None; SIGINT is the parent's to handle, SIGTERM interrupts the run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while True:
+            item = tasks.get()
+            if item is None:
+                return
+            key, cfg, run_dir, tag, resume = item
+            try:
+                results.put((key, run_job(cfg, run_dir, tag, resume)))
+            except Exception as e:  # noqa: BLE001 (anything unexpected: one line, the run is redone next time)
+                results.put((key, {"status": "failed", "error": f"{type(e).__name__}: {e}"}))
+    except KeyboardInterrupt:  # the run (if any) has marked itself interrupted
+        return
+
+
+def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
+    """`jobs` long-lived worker processes (one import of torch each), one run at a time per worker."""
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
+
+    ctx = mp.get_context("spawn")  # no fork after torch has started threads
+    results = ctx.Queue()
+    workers = []
+    for _ in range(min(jobs, len(todo))):
+        tasks = ctx.Queue()
+        proc = ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True)
+        proc.start()
+        workers.append({"proc": proc, "tasks": tasks, "job": None})
+    waiting = deque(enumerate(todo))
+    failed: list[str] = []
+    finished = 0
+    try:
+        while waiting or any(w["job"] is not None for w in workers):
+            for w in workers:
+                if w["job"] is None and waiting:
+                    i, p = waiting.popleft()
+                    resume = resumable(p, echo)
+                    echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
+                    w["job"] = (i, p, time.time())
+                    w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag, resume))
+            try:
+                key, status = results.get(timeout=5)
+            except queue_mod.Empty:
+                for w in workers:  # a worker that died (killed, out of memory) fails its run
+                    if w["job"] is not None and not w["proc"].is_alive():
+                        i, p, t0 = w["job"]
+                        failed.append(p.tag)
+                        finished += 1
+                        echo(f"[{finished}/{len(todo)}] {p.tag}: worker exited with code {w['proc'].exitcode}")
+                        w["job"] = None
+                        tasks = ctx.Queue()
+                        w["tasks"], w["proc"] = (
+                            tasks,
+                            ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True),
+                        )
+                        w["proc"].start()
+                continue
+            w = next(w for w in workers if w["job"] is not None and w["job"][0] == key)
+            i, p, _ = w["job"]
+            w["job"] = None
+            finished += 1
+            echo(f"[{finished}/{len(todo)}] {_result_line(p, status)}")
+            if status.get("status") != "completed":
+                failed.append(p.tag)
+    except KeyboardInterrupt:
+        running = [w["job"][1].tag for w in workers if w["job"] is not None]
+        for w in workers:  # SIGTERM: a run marks itself interrupted and its worker exits
+            if w["proc"].is_alive():
+                w["proc"].terminate()
+        for w in workers:
+            w["proc"].join(timeout=60)
+            if w["proc"].is_alive():
+                w["proc"].kill()
+        raise BenchInterrupted(
+            f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
+            f"are kept (interrupted ones continue from their last checkpoint); run the same command "
+            f"again to resume"
+        ) from None
+    for w in workers:
+        w["tasks"].put(None)
+    for w in workers:
+        w["proc"].join(timeout=60)
+    return failed
+
+
+def _log_command(o: FidelityOptions) -> None:
+    path = Path(o.out) / "fidelity.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta["config"] = o.cf
+    meta.setdefault("commands", [])
+    meta["commands"].append({"command": o.command, "date": time.strftime("%Y-%m-%d %H:%M:%S")})
+    path.write_text(json.dumps(meta, indent=2))
