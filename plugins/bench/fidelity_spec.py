@@ -13,21 +13,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedml_fes.errors import FesError
+from fedml_fes.report import bench_analysis
 from fedml_fes_plugins.bench.config import BenchPlan, load_bench
 
 Echo = Callable[[str], None]
 
 METHODS = ("fedcls", "prompt_only", "pseudo_only", "fedfsl", "fedfsl_bias", "fes")
 ZERO_SHOT = "zero_shot"  # the untrained prompt model on the same test texts: a row, not a run
-LABELS = {
-    ZERO_SHOT: "Zero-shot",
-    "fedcls": "FedCLS",
-    "prompt_only": "Prompt-only",
-    "pseudo_only": "Pseudo-only",
-    "fedfsl": "FedFSL",
-    "fedfsl_bias": "FedFSL-BIAS",
-    "fes": "FeS",
-}
+LABELS = {ZERO_SHOT: "Zero-shot", **{m: bench_analysis.LABELS[m] for m in METHODS}}
 SEEDS = (0, 1, 2)
 
 
