@@ -68,7 +68,7 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     cells, majority = summarize(rows)
     seeds = sorted({r["seed"] for r in rows})
     lines = [
-        "# Fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL and FeS on one shared config",
+        "# Fidelity benchmark: FedCLS, Prompt-only, Pseudo-only, FedFSL, FedFSL-BIAS and FeS on one shared config",
         "",
         f"Produced by `{command}` on {date}, from the run folders in `{out}`.",
     ]
