@@ -134,3 +134,36 @@ def test_fedbert_mlm_builds_cache_and_second_run_reuses_it(tmp_path, tiny_model_
     from fedml_fes.models import build_masked_lm
 
     build_masked_lm(first["mlm_path"], 0)  # the cached build loads as a model path
+
+
+def test_a_run_that_ends_below_its_start_says_so_once_and_records_it(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """A model that training made worse than the one it started from: summary.json records
+    `below_start` and the warning, and `fedml-fes run` prints that warning as one line at the end.
+    (Scores are scripted: 0.9 before round 0, 0.4 after, as skewed gold labels did on real data.)"""
+    from fedml_fes.runtime import methods
+    from fedml_fes.runtime.session import below_start_warning
+    from fedml_fes_plugins.cli.main import main
+
+    from .conftest import write_config
+
+    real = methods.FewShot.evaluate
+    calls = []
+
+    def scripted(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        calls.append(1)
+        return {**out, "test_acc": 0.9 if len(calls) == 1 else 0.4}
+
+    monkeypatch.setattr(methods.FewShot, "evaluate", scripted)
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "prompt_only", "comm_round": 2})
+    cf, run_dir = write_config(tmp_path / "c.yaml", raw), tmp_path / "run"
+    assert main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert err == [
+        "warning: the run ended below its own start: test_acc 0.4000 after training < 0.9000 before "
+        "round 0 (summary.json initial); training made this model worse"
+    ]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["below_start"] is True and summary["warning"] == err[0].removeprefix("warning: ")
+    assert below_start_warning({"test_acc": 0.5}, 0.5, "test_acc") is None  # level is not below
+    assert below_start_warning({}, 0.1, "test_acc") is None  # no start recorded: nothing to say
