@@ -346,18 +346,16 @@ def test_shipped_cross_silo_and_bench_presets_work_from_elsewhere(tmp_path, monk
     from fedml_fes_plugins.bench.config import load_bench, preset_path
     from fedml_fes_plugins.cross_silo.config import load_cross_silo
     from fedml_fes_plugins.cross_silo.launch import _prepare
+    from fedml_fes_plugins.cross_silo.services import LocalJob
 
     _elsewhere(tmp_path, monkeypatch)
     _, s = load_cross_silo(REPO / "run_configs" / "cross_silo_grpc.yaml")
     assert s.grpc_ipconfig_path == str(REPO / "deploy" / "grpc_ipconfig.csv") and s.silo_num >= 1
     # the launcher copies the config into the run folder: the copy's paths still hold
-    _, effective, cfg, settings = _prepare(
-        str(REPO / "run_configs" / "cross_silo_grpc.yaml"),
-        {"train_args.comm_round": 1},
-        str(tmp_path / "rd"),
-        False,
-        [],
+    job = LocalJob(
+        str(REPO / "run_configs" / "cross_silo_grpc.yaml"), ["train_args.comm_round=1"], str(tmp_path / "rd")
     )
+    _, effective, cfg, settings = _prepare(job, [])
     assert effective.parent == tmp_path / "rd" and settings.grpc_peers == s.grpc_peers
     plan = load_bench(preset_path("smoke"), bench_overrides={"full_label": False})
     assert plan.run_names() and Path(plan.source).resolve() == REPO / "run_configs" / "bench" / "smoke.yaml"
