@@ -40,14 +40,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MB = 1e6
-CHUNK = 16 * 1024  # bytes read at a time; also the token bucket's burst
+CHUNK = 16 * 1024  # bytes read at a time
 DIRECTIONS = ("up", "down")
 
 
 class TokenBucket:
-    """`rate` bytes/s with a burst of `burst` bytes; FIFO: a taker waits for its own bytes."""
+    """`rate` bytes/s with a burst of `burst` bytes (none by default: every chunk takes its
+    own len/rate on the wire, as on a radio); FIFO: a taker waits for its own bytes."""
 
-    def __init__(self, rate_Bps: float | None, burst: int = CHUNK):
+    def __init__(self, rate_Bps: float | None, burst: int = 0):
         self.rate = rate_Bps
         self.burst = burst
         self._tokens = float(burst)
