@@ -79,6 +79,14 @@ def test_link_bandwidth_caps_each_direction_on_its_own(shaper):
     assert conn.bytes == {"up": 300_000, "down": 200_000}
 
 
+def test_link_bandwidth_is_accurate_within_4_percent_on_a_long_transfer(shaper):
+    sink = Sink(reply=1)
+    link = shaper.link("e", up_MBps=2.0)
+    port = link.forward(sink.port, "up")
+    seconds, _ = _request(port, 1_000_000, expect=1)
+    assert 0.49 <= seconds <= 0.52, seconds  # 1 MB at 2 MB/s: 0.5 s
+
+
 def test_link_latency_and_jitter_delay_every_byte_in_order(shaper):
     sink = Sink(reply=10)
     link = shaper.link("b", latency_s=0.1, jitter_s=0.02)
