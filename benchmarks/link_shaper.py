@@ -46,9 +46,9 @@ DIRECTIONS = ("up", "down")
 
 class TokenBucket:
     """`rate` bytes/s: each chunk takes len/rate on the wire after the one before it (a virtual
-    clock, FIFO over every connection sharing it). An idle link banks at most `slack_s` of
-    credit: enough to absorb the event loop waking late (else each late wake-up would be lost
-    and the link would run ~5% slow), far too little to let a message through for free."""
+    clock, FIFO over every connection sharing it). A busy link whose event loop woke up to
+    `slack_s` late catches up (else each late wake-up would be lost and the link would run ~5%
+    slow); a link idle for longer starts afresh, with no credit: no byte is ever free."""
 
     def __init__(self, rate_Bps: float | None, slack_s: float = 0.005):
         self.rate = rate_Bps
@@ -59,7 +59,8 @@ class TokenBucket:
         if not self.rate:
             return
         now = time.monotonic()
-        self._free_at = max(self._free_at, now - self.slack_s) + n / self.rate
+        start = self._free_at if self._free_at >= now - self.slack_s else now
+        self._free_at = start + n / self.rate
         if (wait := self._free_at - now) > 0:
             await asyncio.sleep(wait)
 
@@ -250,6 +251,15 @@ class Link:
                 c.abort()
 
 
+async def _cancel_tasks() -> None:
+    """Every pump still running (connections left open), so the loop stops clean."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class LinkShaper:
     """An asyncio event loop on a daemon thread holding any number of links."""
 
@@ -282,6 +292,10 @@ class LinkShaper:
                 self.call(link._close())
             except Exception:
                 pass
+        try:
+            self.call(_cancel_tasks())
+        except Exception:
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5.0)
 
