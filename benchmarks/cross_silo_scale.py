@@ -344,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         results = old["results"] + results
         mpi = old.get("mpirun", []) + mpi
         skipped = old.get("skipped", []) + skipped
+    command = "python benchmarks/cross_silo_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.append and Path(args.out).is_file():
+        command = old.get("commands", [old.get("command")]) + [command]
     out = {
-        "command": "python benchmarks/cross_silo_scale.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commands": command if isinstance(command, list) else [command],
         "date": time.strftime("%Y-%m-%d"),
         "host": "2 vCPUs, 24 GiB shared with other jobs",
         "results": results,
