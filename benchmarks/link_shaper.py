@@ -86,8 +86,13 @@ class Connection:
     cut: bool = False
     bytes: dict = field(default_factory=lambda: {d: 0 for d in DIRECTIONS})
     first_in: dict = field(default_factory=dict)  # direction -> time its first byte reached the proxy
+    last_in: dict = field(default_factory=dict)  # direction -> time its latest byte reached the proxy
     last_out: dict = field(default_factory=dict)  # direction -> time its last byte left the proxy
     writers: list = field(default_factory=list, repr=False)
+
+    def in_flight(self, direction: str) -> bool:
+        """Bytes of this direction came in that have not left yet (held by bandwidth or latency)."""
+        return self.last_in.get(direction, 0.0) > self.last_out.get(direction, 0.0)
 
     def abort(self) -> None:
         for w in self.writers:
@@ -225,6 +230,7 @@ class Link:
                     self.events.append(f"{time.time():.3f} cut {direction} at {limit} bytes ({conn.listener})")
                 await d.bucket.take(len(chunk))
                 conn.bytes[direction] += len(chunk)
+                conn.last_in[direction] = time.time()
                 queue.put_nowait((time.monotonic() + d.delay(), chunk))
                 if conn.cut or self.partitioned:
                     break

@@ -76,6 +76,7 @@ class LinkedRun:
                 # the server reaches silo r through link r (down), silo r the server through it (up)
                 down = {r: self.links[r].forward(ports[r], "down") for r in self.links}
                 up = {r: self.links[r].forward(ports[0], "up") for r in self.links}
+                self.to_server = {f"silo{r}:{port}" for r, port in up.items()}  # silo -> server listeners
                 for rank in range(SILOS + 1):
                     rows = ["eid,rank,grpc_server_ip,grpc_server_port"]
                     for r in range(SILOS + 1):
@@ -347,16 +348,27 @@ def test_link_server_resumed_while_silos_send_over_the_slow_link(tmp_path, tiny_
         train_args={"method": "fedfsl", "comm_round": 3},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001},
         pseudo_args={"label_clients": 3, "per_pass": 10},
-        comm_args={"round_timeout_s": 60},
+        comm_args={"round_timeout_s": 15},
     )
     run_dir = tmp_path / "run"
 
-    def sending() -> bool:  # an update (> 8 KB up) is on a link right now
-        return any(c.closed is None and c.bytes["up"] > 8_000 for link in run.links.values() for c in link.connections)
+    def sending() -> bool:  # a silo's update of a later round is on its link now (> 8 KB in, not all out)
+        return any(
+            c.opened > checkpointed[0]
+            and c.closed is None
+            and c.listener in run.to_server
+            and c.bytes["up"] > 8_000
+            and c.in_flight("up")  # its last bytes are still on the link (200 ms from the server)
+            for link in run.links.values()
+            for c in list(link.connections)
+        )
+
+    checkpointed = [0.0]
 
     with LinkedRun(tmp_path, raw, SLOW) as run:
         run.start_all(run_dir)
         run.wait_until(lambda: (run_dir / "checkpoint.pt").exists(), RUN_LIMIT_S, "no checkpoint")
+        checkpointed[0] = time.time()
         run.wait_until(sending, 120, "no update on the wire after the first checkpoint")
         run.procs["server"].send_signal(signal.SIGKILL)
         run.procs["server"].wait()
@@ -367,8 +379,11 @@ def test_link_server_resumed_while_silos_send_over_the_slow_link(tmp_path, tiny_
     assert killed_after < 3
     server_log = (tmp_path / "logs" / "server.log").read_text()
     assert f"resuming after round {killed_after - 1} of 3" in server_log
-    for text in logs.values():
-        assert "joined the restarted server, continuing after round" in text, text[-2000:]
+    assert any("sending it again" in text for text in logs.values()), "no silo was cut off mid-send"
+    for text in logs.values():  # each silo had seen the abandoned round: its snapshot is restored
+        assert f"joined the restarted server, continuing after round {killed_after - 1}; devices restored" in text, (
+            text[-2000:]
+        )
     local = _in_process(tmp_path, raw)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["per_round"] == local["per_round"]
