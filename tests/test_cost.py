@@ -24,6 +24,7 @@ from fedml_fes.cost.flops import (
 from fedml_fes.cost.meter import TaskMeter
 from fedml_fes.cost.network import Network
 from fedml_fes.cost.profiles import DeviceProfile, load_profile, profile_from_dict
+from fedml_fes.cost.settings import network_of
 from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.classifier import PromptAdapter, train_examples
@@ -350,6 +351,23 @@ def test_bandwidth_must_be_positive():
         config_from_dict({"cost_args": {"bandwidth_sweep": [1, -0.5]}})
     cfg = config_from_dict({"cost_args": {"bandwidth_sweep": "10, 0.1, 1"}})
     assert cfg.cost.bandwidth_sweep == [0.1, 1.0, 10.0]
+
+
+def test_the_per_message_overhead_is_paid_by_each_message_that_carries_bytes():
+    """cost_args.message_overhead_s (measured over a shaped link, docs/COST_MODEL.md): each
+    direction that carries bytes is one message and pays it once; none for an empty one."""
+    net = Network(1.0, 0.5, message_s=0.25)
+    assert net.transfer_seconds(1e6, 1e6) == pytest.approx(1 + 2 + 2 * 0.25)
+    assert net.transfer_seconds(1e6, 0) == pytest.approx(1.25)
+    assert net.transfer_seconds(0, 0) == 0
+    assert Network(1.0, 1.0).transfer_seconds(1e6, 1e6) == pytest.approx(2.0)  # the paper's model
+    assert "0.25 s per message" in net.describe()
+    cfg = config_from_dict({"cost_args": {"message_overhead_s": 1.22, "bandwidth_MBps": 2}})
+    assert network_of(cfg.cost).message_s == 1.22 and network_of(cfg.cost, 10.0).message_s == 1.22
+    with pytest.raises(FesError, match="cost_args.message_overhead_s must be >= 0 s"):
+        config_from_dict({"cost_args": {"message_overhead_s": -0.1}})
+    with pytest.raises(FesError, match="per-message overhead must be >= 0 s"):
+        Network(1.0, 1.0, message_s=-1.0)
 
 
 # ---- accounting ------------------------------------------------------------------------------

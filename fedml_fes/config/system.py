@@ -88,6 +88,9 @@ class CostConfig:
     device_dir: str = ""  # extra folder searched first for <name>.yaml profiles
     bandwidth_MBps: float = 1.0  # downlink, MB/s (10^6 bytes); the paper's slow link
     uplink_MBps: float = 0.0  # 0: same as bandwidth_MBps
+    # seconds each message pays beyond its bytes (handshakes, requests, round trips); 0: the
+    # paper's model. Measured: docs/COST_MODEL.md "The network term against a real link"
+    message_overhead_s: float = 0.0
     bandwidth_sweep: list = field(default_factory=lambda: [0.1, 0.3, 1.0, 3.0, 10.0])  # MB/s
     convergence_tail: int = 3  # convergence accuracy = mean of the last N evaluated rounds
     measure_memory: bool = True  # peak training memory from tensors saved for backward

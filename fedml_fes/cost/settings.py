@@ -30,6 +30,8 @@ def validate_cost(c) -> None:
         raise FesError(f"cost_args.bandwidth_MBps must be > 0 MB/s, got {c.bandwidth_MBps:g}")
     if c.uplink_MBps < 0:
         raise FesError(f"cost_args.uplink_MBps must be > 0 MB/s (or 0: same as bandwidth_MBps), got {c.uplink_MBps:g}")
+    if not (c.message_overhead_s >= 0 and math.isfinite(c.message_overhead_s)):
+        raise FesError(f"cost_args.message_overhead_s must be >= 0 s and finite, got {c.message_overhead_s:g}")
     sweep = []
     for x in _as_list(c.bandwidth_sweep, "bandwidth_sweep"):
         try:
@@ -48,4 +50,4 @@ def network_of(c, mbps: float | None = None) -> Network:
     """The configured network, or a symmetric one at `mbps` (the sweep) with the same up/down ratio."""
     down = c.bandwidth_MBps if mbps is None else mbps
     up = (c.uplink_MBps or c.bandwidth_MBps) * (down / c.bandwidth_MBps)
-    return Network(down, up)
+    return Network(down, up, c.message_overhead_s)

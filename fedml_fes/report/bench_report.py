@@ -325,7 +325,7 @@ def write_report(spec: ReportSpec, data: BenchData, out_dir: Path) -> Path:
     sweep_rows, sweep_csv, sweep_hours = [], [], {m: [] for m in methods}
     if first_target:
         for bw in spec.sweep:
-            n = Network(bw, bw * net.up_MBps / net.down_MBps)
+            n = Network(bw, bw * net.up_MBps / net.down_MBps, net.message_s)
             row = [f"{bw:g}"]
             for m in methods:
                 r = data.reach(m, first_target, head, n)

@@ -221,7 +221,7 @@ class RoundServer:
             )
         c = self.cfg.cost
         self._device = load_profile(c.devices[0] if c.devices else "jetson_tx2", c.device_dir or None)
-        self._network = Network(c.bandwidth_MBps, c.uplink_MBps or c.bandwidth_MBps)
+        self._network = Network(c.bandwidth_MBps, c.uplink_MBps or c.bandwidth_MBps, c.message_overhead_s)
         self.recorder.log_event(
             f"configurator: start at {self.autoconf.main.name} (adapters from layer "
             f"{self.autoconf.main.depth}, width {self.autoconf.main.width}); capacity from layer "

@@ -9,6 +9,15 @@ what they were then: empty for a fresh run, the snapshot for a resumed one. It j
 server (retrying until the server answers or `comm_args.join_timeout_s` passes), then
 answers task messages with the FedML trainer plugin until the server says the run is over,
 or nothing has come for `comm_args.worker_timeout_s` (the server is gone).
+
+On a slow or breaking link: an answer whose send fails (the connection cut mid-message, the
+silo partitioned, the server restarting) is sent again every `RESEND_S` until it gets through
+or `comm_args.round_timeout_s` has passed since its tasks came (the server has dropped this
+silo for the phase by then); the server takes the first copy of a phase's answer and ignores
+any other, so nothing is averaged twice. After a failed send, and after hearing nothing from
+the server for `round_timeout_s` (a silo the server dropped gets no more messages), the silo
+joins again with its devices' stored state; a server that has restarted answers that join
+with the round its run continues after, and the silo restores its devices to it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from fedml_fes_plugins.cross_silo.config import CrossSiloSettings
 from fedml_fes_plugins.cross_silo.node import CONNECTED, QueuedCommManager
 
 JOIN_RETRY_S = 1.0
+RESEND_S = 1.0  # a failed answer is sent again this often, within the phase's round_timeout_s
 KEEP_SNAPSHOTS = 2  # a starting server continues after the last round it saw, or the one before
 
 
@@ -43,6 +53,7 @@ class SiloClient(QueuedCommManager):
         self.status: str | None = None  # the server's verdict on the run
         self.run_dir = job.store.root.parent
         self.seen_round = -1  # the newest round a message has come for
+        self.rejoin = False  # a send failed: join again once the server is reachable
 
     def play(self) -> None:
         self.run_role(self._run)
@@ -132,13 +143,24 @@ class SiloClient(QueuedCommManager):
     # ---- serving ---------------------------------------------------------------------
     def _serve(self) -> None:
         idle = self.settings.idle_timeout_s
+        rejoin_after = self.settings.round_timeout_s
+        heard = last_join = time.monotonic()
         while True:
-            got = self.next_message(idle)
-            if got is None:
+            now = time.monotonic()
+            if now - heard >= idle:
                 raise FesError(
                     f"silo rank {self.rank}: nothing from the server for {idle:.0f}s "
                     f"(comm_args.worker_timeout_s); giving up"
                 )
+            if self.rejoin or now - max(heard, last_join) >= rejoin_after:
+                # the server may have dropped or forgotten this silo: it takes a join back
+                # with the stored state (a duplicate join of an online silo is ignored)
+                last_join = now
+                self.rejoin = self._send_join() is not None
+            got = self.next_message(min(JOIN_RETRY_S if self.rejoin else rejoin_after, idle - (now - heard)))
+            if got is None:
+                continue
+            heard = time.monotonic()
             msg_type, msg = got
             if msg_type == m.MSG_S2C_FINISH:
                 self.status = str(msg.get(m.KEY_STATUS))
@@ -147,10 +169,25 @@ class SiloClient(QueuedCommManager):
                 return
             if msg_type == m.MSG_S2C_TASKS:
                 self._on_tasks(msg)
+            elif msg_type == m.MSG_S2C_WELCOME:
+                self._on_welcome_again(msg)
             elif msg_type == CONNECTED:  # MQTT reconnected: tell the server we are here
                 self._send_join()
 
+    def _on_welcome_again(self, msg: Any) -> None:
+        """The answer to a join sent mid-run: a starting (restarted) server names the round its
+        run continues after, and the devices' folders become what they were then."""
+        if msg.get(m.KEY_ERROR):
+            raise FesError(f"the server refused silo rank {self.rank}: {msg.get(m.KEY_ERROR)}")
+        after = msg.get(m.KEY_START_AFTER)
+        if after is None:
+            return
+        start = self._start_after(after)
+        self.seen_round = int(after)
+        self.emit(f"silo {self.rank}: joined the restarted server, continuing after round {int(after)}{start}")
+
     def _on_tasks(self, msg: Any) -> None:
+        got_at = time.monotonic()
         r, phase = msg.get(m.KEY_ROUND), msg.get(m.KEY_PHASE)
         if isinstance(r, int):
             self._snapshot(r)
@@ -159,15 +196,28 @@ class SiloClient(QueuedCommManager):
             tasks = p.parse_tasks(msg.get(m.KEY_TASKS))
         except (KeyError, TypeError, ValueError) as e:
             reply.add_params(m.KEY_ERROR, f"unreadable tasks: {one_line(e)}")
-            self.send(reply)
+            self._answer(reply, r, phase, deadline=got_at + self.settings.round_timeout_s)
             return
         if tasks:
             updates, errors = self._play(tasks, tensors_from_wire(msg.get(p.PAYLOAD)))
             reply.add_params(p.PAYLOAD, [p.update_to_wire(u) for u in updates])
             if errors:
                 reply.add_params(m.KEY_ERROR, "; ".join(errors))
-        if (err := self.send(reply)) is not None:
-            self.emit(f"silo {self.rank}: could not answer round {r} {phase}: {err}")
+        self._answer(reply, r, phase, deadline=got_at + self.settings.round_timeout_s)
+
+    def _answer(self, reply: Any, r: Any, phase: Any, deadline: float) -> None:
+        """Send, and again every RESEND_S while it fails, until the phase's deadline."""
+        tries = 0
+        while (err := self.send(reply)) is not None:
+            tries += 1
+            self.rejoin = True
+            if time.monotonic() + RESEND_S >= deadline:
+                self.emit(f"silo {self.rank}: could not answer round {r} {phase}: {err}")
+                return
+            self.emit(f"silo {self.rank}: answer to round {r} {phase} failed ({err}); sending it again")
+            time.sleep(RESEND_S)
+        if tries:
+            self.emit(f"silo {self.rank}: answer to round {r} {phase} sent on try {tries + 1}")
 
     def _play(self, tasks: list, params: Any) -> tuple[list, list[str]]:
         updates, errors = [], []
