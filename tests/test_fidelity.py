@@ -250,6 +250,8 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
     assert cfg.train.comm_round == 10 and cfg.train.client_num_per_round == 5
     assert cfg.train.frequency_of_the_test == 2  # every other round: time to accuracy (Table 4)
     assert cfg.pseudo.per_pass_fraction == 0.083 and cfg.pseudo.labeler in ("paper", "contextual", "aligned")
+    # the paper's labeling as a row of its own: `fedfsl@paper` drops what the shared config adds to it
+    assert cfg.pseudo.sample_by_labels and cfg.pseudo.augment_word_dropout > 0
     small = load_config(REPO / "run_configs" / "fidelity_small_pools.yaml")  # the earlier regime's 45 runs
     assert small.pseudo.per_pass == 100 and small.pseudo.per_pass_fraction == 0
     assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300
@@ -275,6 +277,11 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
         assert c.common.cache_dir == str(tmp_path / "out" / "cache") and c.common.torch_threads == 1
         get_pvp(d).pattern(c.prompt.pattern_id)  # the built-in PVP has that pattern
     assert configs[("agnews", "fes", 0)].data.data_dir == str(agnews)
+    paper = run_config(plans["bbc_news"], "fedfsl@paper", 0)
+    assert paper.train.method == "fedfsl" and paper.pseudo.labeler == "paper"
+    assert not paper.pseudo.sample_by_labels and paper.pseudo.augment_word_dropout == 0
+    contextual = run_config(plans["bbc_news"], "fedfsl@contextual", 0)
+    assert contextual.pseudo.labeler == "contextual" and contextual.pseudo.sample_by_labels  # the labeler alone
     assert {d: configs[(d, "fes", 0)].data.client_num_in_total for d in plans} == {
         "agnews": 100,
         "bbc_news": 20,

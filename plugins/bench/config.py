@@ -135,10 +135,15 @@ def load_bench(
 
 
 def split_variant(name: str) -> tuple[str, str | None]:
-    """A run name's method and labeler: `fedfsl@paper` is FedFSL with `pseudo_args.labeler: paper`,
-    a row beside the shared config's own `fedfsl`; a plain method name has no labeler of its own."""
+    """A run name's method and labeler: `fedfsl@contextual` is FedFSL with `pseudo_args.labeler:
+    contextual`, a row beside the shared config's own `fedfsl`; a plain method name has no labeler
+    of its own. `@paper` is the paper's labeling as a whole (PAPER_LABELING)."""
     method, _, labeler = name.partition("@")
     return method, (labeler or None)
+
+
+# what `method@paper` sets: the paper's labeling (its FedFSL and FeS), whatever the shared config adds
+PAPER_LABELING = {"labeler": "paper", "augment_word_dropout": 0.0, "sample_by_labels": False}
 
 
 def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:
@@ -148,7 +153,7 @@ def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:
     base, labeler = split_variant(method)
     raw.setdefault("train_args", {})["method"] = "fedcls" if method == FULL_LABEL else base
     if labeler is not None:
-        raw.setdefault("pseudo_args", {})["labeler"] = labeler
+        raw.setdefault("pseudo_args", {}).update(PAPER_LABELING if labeler == "paper" else {"labeler": labeler})
     raw.setdefault("common_args", {})["random_seed"] = seed
     apply_overrides(raw, plan.args.method_overrides.get(method) or {}, plan.source)
     if method == FULL_LABEL:  # every training example is a gold label, spread over all clients

@@ -147,7 +147,7 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
         "accuracy": float(accuracy),
         "majority_rate": float(heldout_classes(run_dir, cfg)["majority_rate"]),
         "pseudo_labels": int(num(rows[-1], "pseudo_total")) if rows else 0,
-        "labeler": cfg.pseudo.labeler if pseudo else "",
+        "labeler": labeling_of(cfg.pseudo) if pseudo else "",
         # pseudo labels right (the evaluator's count against the hidden truth), over all passes
         "pseudo_precision": sum(n * a for n, a in labeled) / weight if weight else float("nan"),
         "start_accuracy": float(start) if isinstance(start, (int, float)) else float("nan"),
@@ -159,6 +159,16 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
         "_run_dir": str(run_dir),
         "_gold": gold_classes(run_dir, cfg),
     }
+
+
+def labeling_of(p: Any) -> str:
+    """The CSV's labeler column: `paper` for the paper's labeling, else what differs from it."""
+    parts = [p.labeler]
+    if p.augment_word_dropout:
+        parts.append(f"word dropout {p.augment_word_dropout:g}")
+    if p.sample_by_labels:
+        parts.append("drawn by labels")
+    return " + ".join(parts)
 
 
 def zero_shot_row(run: dict[str, Any]) -> dict[str, Any]:

@@ -96,7 +96,10 @@ DATASET_FILE_KEYS = {
 VARYING_KEYS = {
     *(f"{sec}.{k}" for sec, keys in DATASET_FILE_KEYS.items() for k in keys),
     "train_args.method",
-    "pseudo_args.labeler",  # a method@labeler row's one change; the CSV's labeler column
+    # a method@labeler row's changes (@paper: bench.config.PAPER_LABELING); the CSV's labeler column
+    "pseudo_args.labeler",
+    "pseudo_args.augment_word_dropout",
+    "pseudo_args.sample_by_labels",
     "common_args.random_seed",
     *PATH_KEYS,
 }

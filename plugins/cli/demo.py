@@ -71,6 +71,8 @@ SHARED: dict[str, dict[str, Any]] = {
         "label_clients": 3,
         "per_pass_fraction": 0.083,
         "labeler": "paper",
+        "augment_word_dropout": 0.2,
+        "sample_by_labels": True,
         "soft_labels": True,
     },
     "tuning_args": {
