@@ -21,6 +21,8 @@ from pathlib import Path
 
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.bench import fidelity as fid
+from fedml_fes_plugins.bench.fidelity_checks import _pct
+from fedml_fes_plugins.bench.fidelity_report import _fmt
 
 TUNING_SEEDS_FROM = 10
 
@@ -44,7 +46,7 @@ def write(rows: list[dict], out: Path, command: str) -> Path:
         w = csv.writer(f)
         w.writerow(cols)
         for r in rows:
-            w.writerow([fid._fmt(r[c]) for c in cols])
+            w.writerow([_fmt(r[c]) for c in cols])
     keys = sorted({(r["dataset"], r["seed"]) for r in rows})
     lines = [
         "# Labeler variants (tuning seeds only)",
@@ -59,7 +61,7 @@ def write(rows: list[dict], out: Path, command: str) -> Path:
         cells = []
         for d, s in keys:
             hit = [r for r in rows if r["variant"] == variant and r["dataset"] == d and r["seed"] == s]
-            cells.append(f"{100 * hit[0]['accuracy']:.1f} ({fid._pct(hit[0]['pseudo_precision'])})" if hit else "-")
+            cells.append(f"{100 * hit[0]['accuracy']:.1f} ({_pct(hit[0]['pseudo_precision'])})" if hit else "-")
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     (out / "labelers.md").write_text("\n".join(lines) + "\n")
     return out / "labelers.md"
