@@ -86,23 +86,15 @@ class OutOfMemory(RuntimeError):
     pass
 
 
-def run_k(silos: int, model: str, folder: Path, rounds: int, floor_mib: float) -> dict:
-    from fedml_fes_plugins.cross_silo.certs import comm_keys, make_run_certs
-    from fedml_fes_plugins.cross_silo.services import free_port
-
-    certs = folder / "certs"
-    make_run_certs(certs, silos)
-    raw = {
-        "common_args": {
-            "training_type": "cross_silo",
-            "output_dir": str(folder / "runs"),
-            "torch_threads": 1,
-            "random_seed": 0,
-        },
+def scale_job(trainers: int, model: str, folder: Path, rounds: int) -> dict:
+    """The job every scale point runs: bias-only FedCLS on the tiny BERT, 2 devices per trainer
+    (silo or mpirun worker), every trainer in every round."""
+    return {
+        "common_args": {"output_dir": str(folder / "runs"), "torch_threads": 1, "random_seed": 0},
         "data_args": {
             "dataset": "bbc_news",
-            "client_num_in_total": 2 * silos,
-            "gold_labels": 4 * silos,
+            "client_num_in_total": 2 * trainers,
+            "gold_labels": 4 * trainers,
             "gold_sparsity": 100,
             "max_test_examples": 60,
             "max_train_examples": 400,
@@ -111,19 +103,29 @@ def run_k(silos: int, model: str, folder: Path, rounds: int, floor_mib: float) -
         "train_args": {
             "method": "fedcls",
             "comm_round": rounds,
-            "client_num_per_round": silos,
+            "client_num_per_round": trainers,
             "batch_size": 4,
             "learning_rate": 0.001,
         },
-        "comm_args": {
-            "backend": "GRPC",
-            "silo_num": silos,
-            "run_id": "scale",
-            "round_timeout_s": 300,
-            "join_timeout_s": 600,
-            "worker_timeout_s": 600,
-            **comm_keys(certs),
-        },
+    }
+
+
+def run_k(silos: int, model: str, folder: Path, rounds: int, floor_mib: float) -> dict:
+    from fedml_fes_plugins.cross_silo.certs import comm_keys, make_run_certs
+    from fedml_fes_plugins.cross_silo.services import free_port
+
+    certs = folder / "certs"
+    make_run_certs(certs, silos)
+    raw = scale_job(silos, model, folder, rounds)
+    raw["common_args"]["training_type"] = "cross_silo"
+    raw["comm_args"] = {
+        "backend": "GRPC",
+        "silo_num": silos,
+        "run_id": "scale",
+        "round_timeout_s": 300,
+        "join_timeout_s": 600,
+        "worker_timeout_s": 600,
+        **comm_keys(certs),
     }
     shaper = LinkShaper()
     links = {r: shaper.link(f"silo{r}") for r in range(1, silos + 1)}
@@ -211,25 +213,7 @@ def run_mpirun(ranks: int, model: str, folder: Path, rounds: int, floor_mib: flo
     """`fedml-fes mpirun -np RANKS` (1 server + RANKS-1 client workers, each playing its
     devices in turn), the same job with 2 devices per worker: round wall and memory."""
     workers = ranks - 1
-    raw = {
-        "common_args": {"output_dir": str(folder / "runs"), "torch_threads": 1, "random_seed": 0},
-        "data_args": {
-            "dataset": "bbc_news",
-            "client_num_in_total": 2 * workers,
-            "gold_labels": 4 * workers,
-            "gold_sparsity": 100,
-            "max_test_examples": 60,
-            "max_train_examples": 400,
-        },
-        "model_args": {"model": model, "max_seq_length": 32, "tuning": "bias"},
-        "train_args": {
-            "method": "fedcls",
-            "comm_round": rounds,
-            "client_num_per_round": workers,
-            "batch_size": 4,
-            "learning_rate": 0.001,
-        },
-    }
+    raw = scale_job(workers, model, folder, rounds)
     cf = folder / "mpi.yaml"
     cf.write_text(yaml.safe_dump(raw))
     run_dir = folder / "run"

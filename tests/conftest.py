@@ -222,3 +222,22 @@ def clean_home(tmp_path, monkeypatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     return home
+
+
+def start_cross_silo_node(cf: Path, role: str, rank: int, run_dir: Path, log: Path, *extra: str):
+    """One `fedml_fes_plugins.cross_silo.main` process (server or silo), output appended to `log`,
+    one torch thread: what the cross-silo integration and link tests start."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(cf)]
+    cmd += ["--role", role, "--rank", str(rank), "--run-dir", str(run_dir), *extra]
+    with log.open("a") as out:
+        return subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )

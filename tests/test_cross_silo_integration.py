@@ -20,7 +20,7 @@ import yaml
 
 from fedml_fes.errors import FesError
 
-from .conftest import small_config, write_config
+from .conftest import small_config, start_cross_silo_node, write_config
 from .test_cross_silo_services import ensure_mosquitto
 
 pytestmark = pytest.mark.slow
@@ -90,30 +90,7 @@ class Processes:
         logs.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, role: str, rank: int, run_dir: Path, *extra: str) -> subprocess.Popen:
-        cmd = [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "fedml_fes_plugins.cross_silo.main",
-            "--cf",
-            str(self.cf),
-            "--role",
-            role,
-            "--rank",
-            str(rank),
-            "--run-dir",
-            str(run_dir),
-            *extra,
-        ]
-        with (self.logs / f"{name}.log").open("a") as out:
-            self.procs[name] = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-            )
+        self.procs[name] = start_cross_silo_node(self.cf, role, rank, run_dir, self.logs / f"{name}.log", *extra)
         return self.procs[name]
 
     def log(self, name: str) -> str:

@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import load_benchmark_script, small_config, write_config
+from .conftest import load_benchmark_script, small_config, start_cross_silo_node, write_config
 from .test_cross_silo_services import ensure_mosquitto
 
 pytestmark = pytest.mark.slow
@@ -117,16 +115,7 @@ class LinkedRun:
 
     def start(self, name: str, rank: int, run_dir: Path, *extra: str) -> subprocess.Popen:
         role = "server" if rank == 0 else "client"
-        cmd = [sys.executable, "-W", "ignore", "-m", "fedml_fes_plugins.cross_silo.main", "--cf", str(self.cf[rank])]
-        cmd += ["--role", role, "--rank", str(rank), "--run-dir", str(run_dir), *extra]
-        with (self.logs / f"{name}.log").open("a") as out:
-            self.procs[name] = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-            )
+        self.procs[name] = start_cross_silo_node(self.cf[rank], role, rank, run_dir, self.logs / f"{name}.log", *extra)
         return self.procs[name]
 
     def start_all(self, run_dir: Path) -> None:
