@@ -10,6 +10,7 @@ X); means are over the seeds that reached it, with how many did.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,15 @@ class Reached:
     seeds: int
 
 
+@functools.lru_cache(maxsize=512)
+def _curve(run_dir: str, device: str, _stamp: int) -> Curve:
+    """One run's curve, read and costed once per report (every target and table reuses it);
+    `_stamp` (metrics.csv's mtime) keeps a rewritten run from being read stale."""
+    return run_curve(run_dir, device)
+
+
 def curves_of(run_dirs: list[Path], device: str) -> list[Curve]:
-    return [run_curve(rd, device) for rd in run_dirs]
+    return [_curve(str(rd), device, (Path(rd) / "metrics.csv").stat().st_mtime_ns) for rd in run_dirs]
 
 
 def reach(run_dirs: list[Path], target: float, devices: tuple[str, ...] = tuple(DEVICES)) -> Reached:
