@@ -209,6 +209,46 @@ def _procs_under(folder: Path) -> list[int]:
     return pids
 
 
+def follow_fes(
+    args: list[str], folder: Path, log_name: str, what: str, floor_mib: float, server_role: str | None = None
+) -> tuple[float, list[dict], int, float, int]:
+    """Run `fedml-fes ARGS` (one torch thread per process) until it ends, sampling every
+    process under `folder`: (wall s, metrics.csv rows of folder/run, peak summed PSS KiB,
+    lowest MemAvailable MiB, peak VmHWM KiB of the process whose command line holds
+    `server_role`). Stops it when MemAvailable falls below `floor_mib` (OutOfMemory)."""
+    fes = Path(sys.executable).parent / "fedml-fes"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    t0 = time.monotonic()
+    with (folder / log_name).open("w") as log:
+        proc = subprocess.Popen([str(fes), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    total_pss, low, peak_server = 0, available_mib(), 0
+    try:
+        while proc.poll() is None:
+            pids = _procs_under(folder)
+            total_pss = max(total_pss, sum(_pss_kib(pid) for pid in pids))
+            for pid in pids if server_role else []:
+                try:
+                    if server_role in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace(
+                        "\0", " "
+                    ):
+                        peak_server = max(peak_server, _kib(pid, "VmHWM"))
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
+            low = min(low, available_mib())
+            if low < floor_mib:
+                raise OutOfMemory(f"{what}: MemAvailable fell to {low:.0f} MiB")
+            time.sleep(0.25)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise RuntimeError((folder / log_name).read_text()[-3000:])
+    with (folder / "run" / "metrics.csv").open() as f:
+        return wall, list(csv.DictReader(f)), total_pss, low, peak_server
+
+
 def run_mpirun(ranks: int, model: str, folder: Path, rounds: int, floor_mib: float) -> dict:
     """`fedml-fes mpirun -np RANKS` (1 server + RANKS-1 client workers, each playing its
     devices in turn), the same job with 2 devices per worker: round wall and memory."""
@@ -217,33 +257,13 @@ def run_mpirun(ranks: int, model: str, folder: Path, rounds: int, floor_mib: flo
     cf = folder / "mpi.yaml"
     cf.write_text(yaml.safe_dump(raw))
     run_dir = folder / "run"
-    fes = Path(sys.executable).parent / "fedml-fes"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    t0 = time.monotonic()
-    with (folder / "mpirun.log").open("w") as log:
-        proc = subprocess.Popen(
-            [str(fes), "mpirun", "-np", str(ranks), "--cf", str(cf), "--run-dir", str(run_dir)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    total_pss, low = 0, available_mib()
-    try:
-        while proc.poll() is None:
-            total_pss = max(total_pss, sum(_pss_kib(pid) for pid in _procs_under(folder)))
-            low = min(low, available_mib())
-            if low < floor_mib:
-                raise OutOfMemory(f"mpirun -np {ranks}: MemAvailable fell to {low:.0f} MiB")
-            time.sleep(0.25)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise RuntimeError((folder / "mpirun.log").read_text()[-3000:])
-    with (run_dir / "metrics.csv").open() as f:
-        metrics = list(csv.DictReader(f))
+    wall, metrics, total_pss, low, _ = follow_fes(
+        ["mpirun", "-np", str(ranks), "--cf", str(cf), "--run-dir", str(run_dir)],
+        folder,
+        "mpirun.log",
+        f"mpirun -np {ranks}",
+        floor_mib,
+    )
     walls = [float(r["round_wall_s"]) for r in metrics]
     return {
         "mpirun_ranks": ranks,
@@ -258,8 +278,65 @@ def run_mpirun(ranks: int, model: str, folder: Path, rounds: int, floor_mib: flo
     }
 
 
-def plot(results: list[dict], path: Path) -> None:
+def run_devices(devices: int, per_process: int, model: str, folder: Path, rounds: int, floor_mib: float) -> dict:
+    """`fedml-fes cross-device-local` with DEVICES emulated devices, PER_PROCESS of them played
+    by each device process (one model per process), FedML's cross-device server, mosquitto and
+    a moto S3 endpoint on loopback: the same job, one client per device, every device in every
+    round. Messages: the MQTT publishes of the devices and the server (`cross_device` stats)."""
+    raw = scale_job(devices, model, folder, rounds)
+    raw["data_args"]["client_num_in_total"] = devices
+    raw["data_args"]["gold_labels"] = 2 * devices
+    raw["comm_args"] = {
+        "backend": "MQTT_S3_MNN",
+        "silo_num": devices,
+        "round_timeout_s": 600,
+        "join_timeout_s": 900,
+        "worker_timeout_s": 900,
+        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
+        "customized_training_s3_config": {
+            "CN_S3_ENDPOINT": "http://127.0.0.1:1",
+            "CN_S3_AKI": "k",
+            "CN_S3_SAK": "s",
+            "BUCKET_NAME": "fes",
+        },
+    }
+    cf = folder / "devices.yaml"
+    cf.write_text(yaml.safe_dump(raw))
+    run_dir = folder / "run"
+    cmd = ["cross-device-local", "--local-services", "--cf", str(cf), "--run-dir", str(run_dir)]
+    cmd += ["--devices-per-process", str(per_process), "--timeout", "3000"]
+    wall, metrics, total_pss, low, peak_server = follow_fes(
+        cmd, folder, "launcher.log", f"{devices} devices", floor_mib, server_role="--role server"
+    )
+    walls = [float(r["round_wall_s"]) for r in metrics]
+    from fedml_fes_plugins.cross_device.launch import transfer_stats
+
+    stats = transfer_stats(run_dir, wall)
+    processes = -(-devices // per_process) + 1
+    return {
+        "devices": devices,
+        "devices_per_process": per_process,
+        "processes": processes,
+        "rounds": len(metrics),
+        "wall_s": round(wall, 1),
+        "round_wall_s": [round(w, 3) for w in walls],
+        "round_wall_mean_s": round(sum(walls[1:]) / max(len(walls) - 1, 1), 3),
+        "server_peak_rss_MiB": round(peak_server / 1024, 1),
+        "all_processes_pss_MiB": round(total_pss / 1024, 1),
+        "host_available_min_MiB": round(low),
+        "fedml_rounds": stats.get("fedml_rounds"),
+        "mqtt_messages": stats["mqtt_messages"],
+        "mqtt_messages_per_fedml_round": round(stats["mqtt_messages"] / max(stats.get("fedml_rounds") or 1, 1), 1),
+        "mqtt_bytes": stats["mqtt_bytes"],
+        "bytes_up": stats["bytes_up"],
+        "bytes_down": stats["bytes_down"],
+        "test_acc": [float(r["test_acc"]) for r in metrics],
+    }
+
+
+def plot(results: list[dict], path: Path, devices: list[dict] | None = None) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -274,10 +351,22 @@ def plot(results: list[dict], path: Path) -> None:
     axes[1].legend(fontsize=7)
     axes[2].plot(k, [r["messages_per_round"] for r in results], "o-")
     axes[2].set_ylabel("messages per round")
+    for d in devices or []:  # cross-device points: x = devices, messages = MQTT per FedML round
+        n = d["devices"]
+        axes[0].plot([n], [d["round_wall_mean_s"]], "r^", label=f"cross-device, {n} devices")
+        axes[1].plot([n], [d["server_peak_rss_MiB"]], "r^")
+        axes[2].plot([n], [d["mqtt_messages_per_fedml_round"]], "r^")
+    if devices:
+        axes[0].legend(fontsize=7)
     for ax in axes:
-        ax.set_xlabel("silos")
-        ax.set_xticks(k)
-    fig.suptitle("Cross-silo gRPC on one host (2 vCPUs), tiny BERT, bias-only FedCLS, mutual TLS", fontsize=9)
+        ax.set_xlabel("silos (gRPC) / devices (red)")
+        ax.set_xscale("log")
+        ax.set_xticks(k + [d["devices"] for d in devices or []])
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    fig.suptitle(
+        "Cross-silo gRPC (mutual TLS) and cross-device MQTT + S3 (red) on one host (2 vCPUs), tiny BERT, bias-only FedCLS",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -290,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", default="docs/cross_silo_scale.png")
     p.add_argument("--floor-mib", type=float, default=1500, help="stop a run when MemAvailable falls below")
     p.add_argument("--mpirun-ranks", nargs="*", type=int, default=[], help="also `fedml-fes mpirun -np N`")
+    p.add_argument("--devices", nargs="*", type=int, default=[], help="also cross-device with N emulated devices")
+    p.add_argument("--devices-per-process", type=int, default=25, help="emulated devices one device process plays")
     p.add_argument("--append", action="store_true", help="add to the results already in --out")
     args = p.parse_args(argv)
     results, skipped = [], []
@@ -323,10 +414,22 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             mpi.append(r)
             print(json.dumps(r), flush=True)
+        devices = []
+        for n in args.devices:
+            folder = Path(tmp) / f"dev{n}"
+            folder.mkdir()
+            try:
+                r = run_devices(n, args.devices_per_process, model, folder, args.rounds, args.floor_mib)
+            except OutOfMemory as e:
+                skipped.append(str(e))
+                continue
+            devices.append(r)
+            print(json.dumps(r), flush=True)
     if args.append and Path(args.out).is_file():
         old = json.loads(Path(args.out).read_text())
         results = old["results"] + results
         mpi = old.get("mpirun", []) + mpi
+        devices = old.get("cross_device", []) + devices
         skipped = old.get("skipped", []) + skipped
     command = "python benchmarks/cross_silo_scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.append and Path(args.out).is_file():
@@ -337,12 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         "host": "2 vCPUs, 24 GiB shared with other jobs",
         "results": results,
         "mpirun": mpi,
+        "cross_device": devices,
         "skipped": skipped,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     if args.plot and results:
-        plot(results, Path(args.plot))
+        plot(results, Path(args.plot), devices)
     return 0
 
 

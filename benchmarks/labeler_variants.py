@@ -54,15 +54,15 @@ def write(rows: list[dict], out: Path, command: str) -> Path:
         f"Made by `{command}` from the run folders; test accuracy after the last round, and in "
         "parentheses the pseudo labels' precision over all passes (%).",
         "",
-        "| variant | " + " | ".join(f"{d} s{s}" for d, s in keys) + " |",
+        "| variant (method) | " + " | ".join(f"{d} s{s}" for d, s in keys) + " |",
         "|---|" + "---|" * len(keys),
     ]
-    for variant in dict.fromkeys(r["variant"] for r in rows):
+    for variant, method in dict.fromkeys((r["variant"], r["method"]) for r in rows):
         cells = []
         for d, s in keys:
-            hit = [r for r in rows if r["variant"] == variant and r["dataset"] == d and r["seed"] == s]
+            hit = [r for r in rows if (r["variant"], r["method"], r["dataset"], r["seed"]) == (variant, method, d, s)]
             cells.append(f"{100 * hit[0]['accuracy']:.1f} ({_pct(hit[0]['pseudo_precision'])})" if hit else "-")
-        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines.append(f"| {variant} ({method}) | " + " | ".join(cells) + " |")
     (out / "labelers.md").write_text("\n".join(lines) + "\n")
     return out / "labelers.md"
 

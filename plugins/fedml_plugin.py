@@ -366,9 +366,15 @@ def _init(argv: list[str]) -> Any:
             args.fes_server_watch = ServerWatch(peers[0].ip, peers[0].port, rank)
     if backend == "MQTT_S3":
         from fedml_fes_plugins.cross_silo.tls import tls_for
-        from fedml_fes_plugins.cross_silo.transport import use_flushing_mqtt_stop, use_safe_s3_models, use_tls_mqtt
+        from fedml_fes_plugins.cross_silo.transport import (
+            use_flushing_mqtt_stop,
+            use_outgoing_only_inflight_count,
+            use_safe_s3_models,
+            use_tls_mqtt,
+        )
 
         use_flushing_mqtt_stop()
+        use_outgoing_only_inflight_count()
         use_safe_s3_models()
         tls = tls_for(cfg.comm, rank)
         use_tls_mqtt(tls)

@@ -88,6 +88,7 @@ def test_full_label_reference_labels_every_training_example(tmp_path, tiny_model
     assert run_config(plan, "fes", 0).data.gold_labels == 16
 
 
+@pytest.mark.slow
 def test_bench_runs_resumes_and_reports(tmp_path, tiny_model_dir):
     from fedml_fes_plugins.bench.config import load_bench
     from fedml_fes_plugins.bench.runner import build_report, run_bench
@@ -340,6 +341,7 @@ def test_fes_evidence_and_the_bench_report_judge_against_one_set_of_paper_bars()
     assert rows["unlabeled data skipped by filtering (vs FeS without it)"] == (">= 95%", True)
 
 
+@pytest.mark.slow
 def test_bench_dry_run_checks_every_run_and_writes_nothing(tmp_path):
     import subprocess
     import sys

@@ -107,11 +107,9 @@ def test_oversized_or_truncated_messages_are_refused():
 
 
 def _free_port() -> int:
-    import socket
+    from fedml_fes_plugins.cross_silo.services import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def test_a_rogue_peer_on_the_grpc_port_runs_no_code_and_the_silo_goes_on(tmp_path, caplog):

@@ -154,8 +154,11 @@ RECORDED = {
 
 @pytest.mark.parametrize("mode,plan", list(RECORDED))
 def test_methods_without_peft_modules_cost_what_they_did(tok, mode, plan):
-    m = _train_metered(tok, _model(tok, mode, plan))
+    model = _model(tok, mode, plan)
+    m = _train_metered(tok, model)
     assert (m["cost_fwd_flops"], m["cost_bwd_flops"]) == RECORDED[(mode, plan)]
+    # training leaves no gradients behind (a full-size copy of the model, for full tuning)
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_cold_cache_counts_the_bottom_forward_only(tok):

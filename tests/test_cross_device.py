@@ -161,11 +161,13 @@ def services_ready():
     return ensure_mosquitto()
 
 
-def _run(cf: Path, run_dir: Path, echo=lambda _l: None) -> dict:
+def _run(cf: Path, run_dir: Path, echo=lambda _l: None, per_process: int = 1) -> dict:
     from fedml_fes_plugins.cross_device.launch import run_local
     from fedml_fes_plugins.cross_silo.services import LocalJob
 
-    return run_local(LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S))
+    job = LocalJob(str(cf), run_dir=str(run_dir), local_services=True, echo=echo, timeout_s=RUN_LIMIT_S)
+    job.devices_per_process = per_process
+    return run_local(job)
 
 
 @pytest.mark.slow
@@ -176,9 +178,10 @@ def test_three_devices_run_fes_on_fedml_cross_device_server(tmp_path, tiny_model
 
     cf = write_config(tmp_path / "c.yaml", _raw(tmp_path, tiny_model_dir))
     t0 = time.monotonic()
-    summary = _run(cf, tmp_path / "device")
+    summary = _run(cf, tmp_path / "device", per_process=2)  # devices 1-2 share a process, 3 has its own
     wall = time.monotonic() - t0
     run_dir = tmp_path / "device"
+    assert {p.name for p in (run_dir / "logs").iterdir()} >= {"devices1-2.log", "device3.log", "server.log"}
     assert summary["status"] == "completed" and summary["rounds_completed"] == 2
     stats = summary["cross_device"]
     assert stats["fedml_rounds"] == 4  # 2 FeS rounds x (label, train) phases

@@ -165,3 +165,65 @@ def test_mqtt_stop_from_another_thread_leaves_the_socket_to_pahos_loop(broker, m
     loop_thread.join(timeout=10)
     assert not loop_thread.is_alive() and "error" not in ended, ended
     assert closers == ["paho-loop"], closers
+
+
+@pytest.mark.slow
+def test_a_burst_after_incoming_qos2_messages_reaches_every_device(broker):
+    """paho 1.6.1 lowered its outgoing in-flight count for every incoming QoS 2 message, so a
+    server that had heard 30 device statuses sent its next burst 50 at once and mosquitto
+    dropped what was over its 20 in flight (transport.use_outgoing_only_inflight_count)."""
+    import paho.mqtt.client as mqtt
+
+    from fedml_fes_plugins.cross_silo.transport import use_outgoing_only_inflight_count
+
+    use_outgoing_only_inflight_count()
+    host, port = "127.0.0.1", int(broker.config["BROKER_PORT"])
+    burst, statuses = 100, 30
+    got: set[str] = set()
+    clients = []
+
+    def client(name: str) -> mqtt.Client:
+        c = mqtt.Client(f"{name}-{time.monotonic_ns()}")
+        c.connect(host, port)
+        clients.append(c)
+        return c
+
+    try:
+        device = client("device")
+        device.on_message = lambda _c, _u, m: got.add(m.topic)
+        device.subscribe("to_device/#", qos=2)
+        device.loop_start()
+        server = client("server")
+        heard = []
+
+        def on_status(c, _u, m):  # the last status triggers the burst, from paho's own loop
+            heard.append(m.topic)
+            if len(heard) == statuses:
+                for i in range(burst):
+                    c.publish(f"to_device/{i}", "x" * 64, qos=2)
+
+        server.on_message = on_status
+        server.subscribe("status/#", qos=2)
+        server.loop_start()
+        time.sleep(0.3)
+        for i in range(statuses):
+            device.publish(f"status/{i}", "ONLINE", qos=2)
+        deadline = time.monotonic() + 20
+        while len(got) < burst and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(heard) == statuses and len(got) == burst, (len(heard), len(got))
+    finally:
+        for c in clients:
+            c.loop_stop()
+            c.disconnect()
+
+
+def test_free_ports_stay_out_of_the_kernels_ephemeral_range():
+    """A port the kernel may hand an outgoing connection between our pick and the child's
+    bind made a cross-silo server fail with 'address in use' (CI); picks stay below it."""
+    from fedml_fes_plugins.cross_silo.services import _ephemeral_range, free_port
+
+    low, _ = _ephemeral_range()
+    ports = {free_port() for _ in range(20)}
+    assert all(10000 <= p < low for p in ports)
+    assert len(ports) > 1

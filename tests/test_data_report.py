@@ -53,6 +53,7 @@ def test_partition_command_prints_counts_and_writes_csv_png_h5(tmp_path):
     ]  # no temp files left
 
 
+@pytest.mark.slow
 def test_partition_command_defaults_to_a_new_folder_and_reports_errors(tmp_path):
     cf = write_config(
         tmp_path / "c.yaml",

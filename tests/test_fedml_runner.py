@@ -555,6 +555,7 @@ def test_a_send_to_a_server_that_died_ends_the_silo_in_one_line(monkeypatch, arm
     assert (manager.args.fes_server_watch.stopped is not None) == ends
 
 
+@pytest.mark.slow
 def test_server_watch_stop_is_one_line_and_exit_code_1():
     code = (
         "from fedml_fes_plugins.fedml_plugin import ServerWatch\n"

@@ -231,6 +231,7 @@ def _run(tmp_path, tiny_model_dir, method, **sections):
     return run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None), run_dir
 
 
+@pytest.mark.slow
 def test_fes_in_process_uses_all_three_designs(tmp_path, tiny_model_dir):
     summary, run_dir = _run(tmp_path, tiny_model_dir, "fes")
     assert summary["status"] == "completed"
@@ -244,6 +245,7 @@ def test_fes_in_process_uses_all_three_designs(tmp_path, tiny_model_dir):
     assert list((run_dir / "clients").glob("*/proxy_embeddings.npy"))
 
 
+@pytest.mark.slow
 def test_fes_payload_is_smaller_than_fedfsl(tmp_path, tiny_model_dir):
     _, fes_dir = _run(tmp_path / "fes", tiny_model_dir, "fes")
     _, fsl_dir = _run(tmp_path / "fsl", tiny_model_dir, "fedfsl")
@@ -255,6 +257,7 @@ def test_fes_payload_is_smaller_than_fedfsl(tmp_path, tiny_model_dir):
     assert per_client(fes_dir) * 1000 < per_client(fsl_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fes_no_cp", "fes_no_rf", "fes_no_dc"])
 def test_fes_ablations_run(tmp_path, tiny_model_dir, method):
     summary, run_dir = _run(tmp_path, tiny_model_dir, method)
@@ -335,6 +338,7 @@ def test_planner_binary_search_finds_shallowest_good_depth():
         search_depth(0, probe, 0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backbone", ["masked", "causal"])
 def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, backbone):
     import subprocess
@@ -389,6 +393,11 @@ def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_d
     biased = config_from_dict({**raw, "tuning_args": {"bias_learning_rate": 1e-3}})
     assert biased.for_round(2, True, bias_only=True).train.learning_rate == 1e-3
     assert biased.for_round(2, True, bias_only=False).train.learning_rate == 1e-4
+    assert biased.for_round(2, True, bias_only=True, every_layer=True).train.learning_rate == 1e-3  # unset: the same
+    every = config_from_dict({**raw, "tuning_args": {"bias_learning_rate": 1e-3, "all_bias_learning_rate": 2e-4}})
+    assert every.for_round(2, True, bias_only=True, every_layer=True).train.learning_rate == 2e-4
+    assert every.for_round(2, True, bias_only=True).train.learning_rate == 1e-3  # FeS's top third
+    assert every.for_round(2, True, bias_only=False, every_layer=True).train.learning_rate == 1e-4
     assert biased.for_round(1, True, bias_only=True).train.learning_rate == 3e-3  # the warm-up's own wins
     longer = config_from_dict({**raw, "tuning_args": {"bias_epochs": 8}})
     assert longer.for_round(2, True, bias_only=True).train.epochs == 8
@@ -689,6 +698,15 @@ def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
     assert not is_inert("pacing_args.val_holdout", inert_keys("fes", "full"))
     assert not is_inert("pacing_args.val_holdout", inert_keys("adapter", "full"))
     assert not is_inert("tuning_args.bias_epochs", inert_keys("fes", "full"))
+
+
+def test_the_every_layer_bias_rate_is_read_by_fedfsl_bias_alone():
+    from fedml_fes.runtime.methods import inert_keys, is_inert
+
+    assert not is_inert("tuning_args.all_bias_learning_rate", inert_keys("fedfsl_bias", "full"))
+    for method in ("fes", "fes_no_dc", "fedfsl", "prompt_only", "adapter"):
+        assert is_inert("tuning_args.all_bias_learning_rate", inert_keys(method, "full")), method
+    assert not is_inert("tuning_args.bias_learning_rate", inert_keys("fes", "full"))
 
 
 def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():

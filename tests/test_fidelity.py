@@ -2,6 +2,7 @@
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 
 from fedml_fes.config import config_from_dict, load_config
 from fedml_fes.errors import FesError
+from fedml_fes.runtime import checkpoint
 from fedml_fes_plugins.bench import fidelity as fid
 
 from .conftest import load_benchmark_script, small_config
@@ -51,6 +53,7 @@ def _rows(
                         "emulated_hours": 0.5 if m != "fes" else 0.001,
                         "_config": cfg,
                         "_run_dir": f"/x/{d}/{m}-s{s}",
+                        "_wall_s": 240.0,
                     }
                 )
     return rows
@@ -141,6 +144,7 @@ def test_markdown_has_tables_checks_command_and_date(tmp_path):
     assert "| FedCLS | 51.0 ± 1.0 | 50.0 | 51.0 | 52.0 |" in text
     assert "| majority class | 25.0 | 25.0 | 25.0 | 25.0 |" in text
     assert "One shared config across all runs: yes" in text and "Completed runs: 45" in text
+    assert "Run time: 3.0 h over these runs" in text  # 45 runs of 4 minutes
 
 
 def test_the_mean_table_lists_a_method_beyond_the_five_once(tmp_path):
@@ -406,7 +410,7 @@ def test_run_row_reads_a_run_folder(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.slow
-def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsys):
+def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsys, monkeypatch):
     """bbc_news, seed 0, FedCLS and FeS, 2 rounds on the tiny BERT: two at once, then nothing to redo."""
     raw = small_config(
         tmp_path,
@@ -482,23 +486,28 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
     assert "2 runs, 2 already complete, 0 to do" in capsys.readouterr().out
     assert (out / "bbc_news" / "runs" / "fes-s0" / "summary.json").stat().st_mtime_ns == stamp
 
-    # an interrupted run continues from its checkpoint, to the same rows; one without a
-    # checkpoint is set aside (kept) and redone; report-only trains nothing
+    # a finished run's checkpoint is dropped (only an unfinished run resumes); an interrupted
+    # run without one is set aside (kept) and redone; one with a checkpoint continues from it,
+    # to the same rows; report-only trains nothing
     rd = out / "bbc_news" / "runs" / "fedcls-s0"
+    assert not list(out.glob("bbc_news/runs/*/checkpoint*"))
     rows_before = (rd / "metrics.csv").read_text()
     summary = rd / "summary.json"
     summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
-    assert script.main(argv) == 0
-    text = capsys.readouterr().out
-    assert "1 to do" in text and "fedcls s0: continuing after round" in text
-    assert (rd / "metrics.csv").read_text() == rows_before and not (rd.parent / ".partial").exists()
-    assert json.loads(summary.read_text())["status"] == "completed"
-    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
-    (rd / "checkpoint.pt").unlink()
+    monkeypatch.setattr(checkpoint, "drop_checkpoint", lambda run_dir: None)  # as a stop would leave it
     assert script.main(argv) == 0
     text = capsys.readouterr().out
     assert "1 to do" in text and "previous attempt was interrupted" in text
     assert len(list((out / "bbc_news" / "runs" / ".partial").iterdir())) == 1
+    assert _results(rd / "metrics.csv") == _results_text(rows_before) and (rd / "checkpoint.pt").is_file()
+    rows_before = (rd / "metrics.csv").read_text()  # the redone run's, wall times included
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "status": "interrupted"}))
+    assert script.main(argv) == 0
+    text = capsys.readouterr().out
+    assert "1 to do" in text and "fedcls s0: continuing after round" in text
+    assert (rd / "metrics.csv").read_text() == rows_before
+    assert len(list((out / "bbc_news" / "runs" / ".partial").iterdir())) == 1
+    assert json.loads(summary.read_text())["status"] == "completed"
     assert script.main([*argv, "--report-only"]) == 0
     assert "to do" not in capsys.readouterr().out
     meta = json.loads((out / "fidelity.json").read_text())
@@ -516,6 +525,16 @@ def test_fidelity_harness_end_to_end_and_resumes(tmp_path, tiny_model_dir, capsy
                 overrides={"data_args.client_num_in_total": 8, "train_args.learning_rate": 0.01},
             )
         )
+
+
+def _results_text(text: str) -> list[dict[str, str]]:
+    """metrics.csv's rows without its wall-clock columns (a redone run computes the same numbers
+    in other seconds)."""
+    return [{k: v for k, v in r.items() if not k.endswith(("_s", "_s_max"))} for r in csv.DictReader(text.splitlines())]
+
+
+def _results(path: Path) -> list[dict[str, str]]:
+    return _results_text(path.read_text())
 
 
 def test_check_a_shows_the_gap_seed_by_seed():
@@ -788,15 +807,61 @@ def test_time_to_accuracy_table_from_run_folders(tmp_path, tiny_model_dir):
     assert f"| {tx2:.3g} |" in fsl_line and "| 4 kB | 1/1 |" in fsl_line
     assert f"| {first:.3g} |" in fes_line and "| 1 kB | 1/1 |" in fes_line
     assert f"{tx2 / first:.3g}x / - / -" in fes_line  # faster than FedFSL; no FedFSL-BIAS or FedCLS runs
+    assert f"| s0 {tx2 / first:.3g}x | - |" in fes_line  # seed by seed: FedFSL s0's own final; no FedFSL-BIAS run
+    assert fsl_line.endswith("| 1x / - / - | - | - |")  # no seed-by-seed ratio against itself
     fes_rpi = float(fes_line.split("|")[3])
     assert fes_rpi > float(fes_line.split("|")[2])  # the Pi computes 15x slower than the TX2
     (fsl / "metrics.csv").write_text("round,test_acc,pseudo_total,bytes_up\n0,,10,1000\n1,0.9,30,3000\n")
     (fsl / "summary.json").write_text(json.dumps({"status": "completed", "final": 0.9, "primary_metric": "test_acc"}))
     section = fid.render(fid.collect_rows(tmp_path), "x", "d", tmp_path, {}).split("Table 4)")[1]
     assert "| FeS | X | X | X | 0/1 |" in section
+    assert "| s0 X | - |" in section  # FeS never reached FedFSL's 90% in seed 0
 
 
 def load_profile_tx2():
     from fedml_fes.cost.profiles import load_profile
 
     return load_profile("jetson_tx2")
+
+
+def test_a_stop_that_torch_save_turns_into_an_error_stops_the_harness(tmp_path, monkeypatch):
+    """SIGINT while a checkpoint is written comes out of torch.save as RuntimeError: the run
+    (as the in-process runtime does, signals.stop_requested) still knows it was a stop, and
+    the harness stops instead of counting a failure and starting the next run."""
+    import os
+    import signal
+
+    from fedml_fes_plugins.bench import fidelity_run
+    from fedml_fes_plugins.bench.runner import BenchInterrupted
+    from fedml_fes_plugins.runtimes.signals import stop_requested
+
+    started: list[str] = []
+
+    def run_job(cfg, run_dir, tag, resume=False):
+        started.append(tag)
+        try:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+            except KeyboardInterrupt:
+                raise RuntimeError("[enforce fail at inline_container.cc:671] . unexpected pos") from None
+        except RuntimeError:
+            stop = stop_requested()
+            if stop is not None:
+                raise stop from None
+            return {"status": "failed", "error": "unexpected pos"}
+        return {"status": "completed", "final": 0.5}
+
+    monkeypatch.setattr(fidelity_run, "run_job", run_job)
+    todo = [fidelity_run.Pending("bbc_news", m, 0, None, tmp_path / m) for m in ("fedfsl", "fes")]
+    with pytest.raises(BenchInterrupted, match="interrupted during bbc_news fedfsl s0"):
+        fidelity_run._run_all(todo, 1, lambda _line: None)
+    assert started == ["bbc_news fedfsl s0"]
+
+
+def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
+    rows = _rows(GOOD)
+    rows += [{**r, "variant": "fedfsl@paper", "labeler": "paper"} for r in rows if r["method"] == "fedfsl"]
+    text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
+    assert "Completed runs: 45 (the full matrix is 54: " in text
+    assert "seeds 0, 1, 2), and 9 runs of `method@labeler` rows." in text

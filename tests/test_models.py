@@ -29,6 +29,7 @@ def test_tiny_models_build_from_path(tiny_model_dir):
     assert all((x == y).all() for x, y in zip(a.parameters(), b.parameters()))
 
 
+@pytest.mark.slow
 def test_core_does_not_import_fedml():
     code = (
         "import sys, importlib, pkgutil, fedml_fes\n"

@@ -209,3 +209,79 @@ def test_fedfsl_trains_on_augmented_pseudo_labels(tmp_path, tiny_model_dir, monk
     assert gold & set(trained)  # gold texts untouched
     shortened = [t for t in trained if t not in pool and t not in gold]
     assert shortened  # pseudo-labeled texts arrive with words dropped
+
+
+def test_class_balanced_weights_give_each_present_class_the_same_total():
+    from fedml_fes.prompt.classifier import class_balanced_weights
+
+    y = [3, 3, 3, 3, 3, 3, 0, 1]  # a skewed few-shot set: six of one class
+    w = class_balanced_weights(y)
+    assert w.mean() == pytest.approx(1.0)
+    totals = {c: float(w[np.asarray(y) == c].sum()) for c in set(y)}
+    assert len(set(round(t, 6) for t in totals.values())) == 1  # 8 / 3 each
+    assert w[0] < 1.0 < w[-1]
+    assert class_balanced_weights([]).shape == (0,)
+
+
+@pytest.mark.parametrize("balance_gold, balance_pseudo", [(True, False), (False, True)])
+def test_class_balanced_loss_weights_the_rows_it_names(
+    tmp_path, tiny_model_dir, monkeypatch, balance_gold, balance_pseudo
+):
+    """train_args.balance_gold_classes: the gold rows get the class-balanced weights, the pseudo
+    rows 1; pseudo_args.balance_classes: the other way round, over the client's pseudo labels.
+    The weights enter the loss (a doubled weight doubles it before any step)."""
+    import torch
+
+    from fedml_fes.prompt.classifier import class_balanced_weights
+    from fedml_fes.runtime import methods
+
+    calls: list[tuple[np.ndarray, np.ndarray | None]] = []
+    real = methods.train_examples
+
+    def spy(model, adapter, texts_a, texts_b, targets, **kwargs):
+        calls.append((targets, kwargs.get("weights")))
+        if kwargs.get("weights") is not None and not hasattr(spy, "checked"):
+            spy.checked = True
+            state = {k: v.clone() for k, v in model.state_dict().items()}
+            frozen = dict(kwargs, lr=0.0, epochs=1, generator=torch.Generator().manual_seed(0))
+            torch.manual_seed(0)  # the same dropout masks in both passes
+            one = real(model, adapter, texts_a, texts_b, targets, **{**frozen, "weights": None})
+            torch.manual_seed(0)
+            frozen["generator"] = torch.Generator().manual_seed(0)
+            two = real(model, adapter, texts_a, texts_b, targets, **{**frozen, "weights": np.full(len(targets), 2.0)})
+            assert two["train_loss"] == pytest.approx(2 * one["train_loss"], rel=1e-5)
+            model.load_state_dict(state)
+        return real(model, adapter, texts_a, texts_b, targets, **kwargs)
+
+    monkeypatch.setattr(methods, "train_examples", spy)
+    if balance_pseudo:  # the tiny model labels everything as one class: draw varied labels instead
+        rng = np.random.default_rng(0)
+        monkeypatch.setattr(
+            methods, "correct_bias", lambda probs, *_: rng.dirichlet(np.ones(probs.shape[1]), len(probs))
+        )
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 2, "balance_gold_classes": balance_gold},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        # soft labels: the pseudo rows tell apart from the gold ones
+        pseudo_args={"label_clients": 3, "per_pass": 10, "soft_labels": True, "balance_classes": balance_pseudo},
+    )
+    cfg = config_from_dict(raw)
+    summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
+    assert summary["status"] == "completed" and getattr(spy, "checked", False)
+    saw_pseudo = False
+    for targets, weights in calls:
+        hard = np.isclose(targets.max(1), 1.0)
+        n_gold = int(np.argmin(hard)) if not hard.all() else len(targets)
+        if not balance_gold and n_gold == len(targets):
+            assert weights is None  # gold rows only, nothing to balance
+            continue
+        assert weights is not None and len(weights) == len(targets)
+        gold, pseudo = targets[:n_gold].argmax(1), targets[n_gold:].argmax(1)
+        assert np.allclose(weights[:n_gold], class_balanced_weights(gold) if balance_gold else 1.0)
+        assert np.allclose(weights[n_gold:], class_balanced_weights(pseudo) if balance_pseudo else 1.0)
+        saw_pseudo |= len(pseudo) > 0 and (not balance_pseudo or len(set(pseudo)) > 1)
+    assert saw_pseudo

@@ -144,6 +144,7 @@ def _assert_same_run(whole: Path, resumed: Path) -> None:
     assert labels(whole) == labels(resumed)  # the clients' own state too
 
 
+@pytest.mark.slow
 def test_fes_killed_at_two_rounds_resumes_to_the_same_metrics(tmp_path, tiny_model_dir, kill_at, capsys):
     """FeS (adaptive pacing, trials, filtering, bias-only): SIGKILL in round 1's training (after
     its labeling pass, mid-trial) and again while round 3's checkpoint is saved."""
@@ -177,6 +178,7 @@ def test_fes_killed_at_two_rounds_resumes_to_the_same_metrics(tmp_path, tiny_mod
     _assert_same_run(whole, run_dir)
 
 
+@pytest.mark.slow
 def test_fedcls_killed_from_outside_resumes_to_the_same_metrics(tmp_path, tiny_model_dir, capsys):
     """A method without pseudo labels; SIGKILL sent by another process at whatever point the
     run has reached once metrics.csv has two rows."""

@@ -41,6 +41,10 @@ def test_fedcls_in_process_writes_metrics_and_home_stays_clean(tmp_path, tiny_mo
     assert sum(test["confusion"][c][c] for c in range(n)) / total == pytest.approx(float(rows[-1]["test_acc"]))
     assert test["majority_rate"] == max(map(sum, test["confusion"])) / total
     assert "confusion" not in rows[-1] and "per_class_acc" not in rows[-1]
+    # the untrained model's, the same way: which classes training moved
+    start = saved["initial_test"]
+    assert start["classes"] == test["classes"] and sum(map(sum, start["confusion"])) == total
+    assert sum(start["confusion"][c][c] for c in range(n)) / total == pytest.approx(saved["initial"]["test_acc"])
     assert list(clean_home.iterdir()) == []  # fedml.init wrote nothing outside the run dir
     assert (run_dir / "fedml_home").is_dir()
 

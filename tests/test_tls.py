@@ -66,11 +66,9 @@ def test_tls_settings_are_all_three_or_none_and_readable(certs, tmp_path):
 
 
 def _free_port() -> int:
-    import socket
+    from fedml_fes_plugins.cross_silo.services import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 def test_grpc_with_mutual_tls_refuses_rogue_peers_and_delivers_the_silo(tmp_path, certs, caplog):

@@ -72,6 +72,11 @@ class PseudoConfig:
     skip_if_worse_than_zero_shot: bool = False  # no pass while the model is below zero-shot accuracy
     soft_labels: bool = False  # train on the predicted distribution instead of the argmax
     class_balance: str = "none"  # none | gold | predicted: per-class quotas for kept labels
+    # class-balanced loss over a client's pseudo labels (as train_args.balance_gold_classes does
+    # for its gold labels): each weighted by n / (classes present x its class's count), so the
+    # confident picks keep their labels but a class the model over-picks (TREC-6 seed 0: 63% NUM)
+    # does not pull the prior toward it. Off: every pseudo label weighs 1 (the paper's)
+    balance_classes: bool = False
     # the gold-only warm-up rounds (before start_round) may train harder than the pseudo-label
     # rounds: bias-only plans need many steps on the gold labels, but the same step size on a
     # client's handful of one-sided pseudo labels drags the shared biases to its class

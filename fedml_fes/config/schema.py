@@ -98,13 +98,18 @@ class FesConfig:
     def pseudo(self) -> PseudoConfig:
         return self.pseudo_args
 
-    def for_round(self, round_idx: int, uses_pseudo: bool, bias_only: bool = False) -> "FesConfig":
+    def for_round(
+        self, round_idx: int, uses_pseudo: bool, bias_only: bool = False, every_layer: bool = False
+    ) -> "FesConfig":
         """The config a client trains with in `round_idx`: tuning_args.bias_learning_rate when
-        only biases train, and the warm-up's own lr and epochs before pseudo_args.start_round
-        (methods with pseudo labels); else this one. tuning_args.bias_epochs likewise, and
-        adapter_args.learning_rate for the adapter methods (adapter, lora)."""
+        only biases train (all_bias_learning_rate, if set, when they are every layer's), and the
+        warm-up's own lr and epochs before pseudo_args.start_round (methods with pseudo labels);
+        else this one. tuning_args.bias_epochs likewise, and adapter_args.learning_rate for the
+        adapter methods (adapter, lora)."""
         p, tu = self.pseudo, self.tuning
         lr = tu.bias_learning_rate if bias_only and tu.bias_learning_rate else self.train.learning_rate
+        if bias_only and every_layer and tu.all_bias_learning_rate:
+            lr = tu.all_bias_learning_rate
         if self.train.method in ADAPTER_METHODS and self.adapter.learning_rate:
             lr = self.adapter.learning_rate
         epochs = tu.bias_epochs if bias_only and tu.bias_epochs else self.train.epochs

@@ -75,6 +75,11 @@ class TrainConfig:
     # 0: off (the absolute bound still applies: a change over 1e6 x the global's norm is always
     # rejected). See fedml_fes/tuning/params.py screen_updates.
     robust_norm_factor: float = 10.0
+    # Class-balanced loss on a client's gold labels: each gold example weighted by
+    # n / (classes present x its class's count), so a few-shot set skewed toward one class
+    # (64 labels: 43 sports) does not pull the model's prior toward that class. Pseudo labels
+    # keep weight 1. Off by default (the paper's plain cross-entropy); docs/BENCHMARK.md.
+    balance_gold_classes: bool = False
 
 
 def validate_train(t: TrainConfig, client_num_in_total: int, given: "set[str] | frozenset[str] | None" = None) -> None:
@@ -120,6 +125,9 @@ class TuningConfig:
     # step must be far larger than a full fine-tuning step. The paper's artifact: 1e-3.
     # 0: train_args.learning_rate
     bias_learning_rate: float = 0.0
+    # the same when the biases of every layer train (fedfsl_bias: BitFit over the whole model),
+    # where one step moves all of them at once: 0: bias_learning_rate (docs/METHODS.md)
+    all_bias_learning_rate: float = 0.0
     # local epochs whenever only biases train. Bias-only steps are cheap (the frozen bottom
     # comes from the activation cache), and a bias-only model needs many more of them than
     # a fully tuned one to fit the same labels (BitFit). 0: train_args.epochs
@@ -135,6 +143,10 @@ def validate_tuning(tu: TuningConfig) -> None:
         f"got {tu.full_layers} and {tu.bias_layers}",
     )
     check(tu.bias_learning_rate >= 0, f"tuning_args.bias_learning_rate must be >= 0, got {tu.bias_learning_rate}")
+    check(
+        tu.all_bias_learning_rate >= 0,
+        f"tuning_args.all_bias_learning_rate must be >= 0, got {tu.all_bias_learning_rate}",
+    )
     check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
 
 

@@ -1,6 +1,7 @@
 """Time to accuracy over seeds, as the paper's Table 4 reports it: the emulated device hours and
 the upload a method needs before its test accuracy first reaches a target (another method's
-final mean accuracy), and the "x faster" ratios between methods.
+final mean accuracy), and the "x faster" ratios between methods: over the seeds' means, and
+paired seed by seed (the paper's single-run ratio: each seed's own FedFSL run sets the target).
 
 Everything comes from the run folders through `run_plot.run_curve` (the cost model's
 cumulative hours and upload per evaluated round), so a table never shows a number the run's
@@ -96,3 +97,29 @@ def speedup(mine: Reached, other: Reached, device: str = "jetson_tx2") -> float 
     if not a or not b or mine.reached < mine.seeds or other.reached < other.seeds:
         return None
     return b / a
+
+
+def _seed(run_dir: Path) -> str:
+    """A run folder's seed, from its name (`<method>-s<seed>`, as the fidelity harness names it)."""
+    return Path(run_dir).name.rsplit("-", 1)[-1]
+
+
+def paired_speedups(mine: list[Path], other: list[Path], device: str = "jetson_tx2") -> dict[str, float | None]:
+    """Per seed that both methods ran: `other`'s hours to first reach its own final accuracy over
+    `mine`'s hours to reach that accuracy in the same seed's run, as the paper's Table 4 compares
+    single runs ("hours to FedFSL's accuracy"). None: `mine` never got there in that seed."""
+    theirs = {_seed(rd): rd for rd in other}
+    out: dict[str, float | None] = {}
+    for rd in sorted(mine, key=_seed):
+        s = _seed(rd)
+        if s not in theirs:
+            continue
+        [base] = curves_of([theirs[s]], device)
+        [mycurve] = curves_of([rd], device)
+        if not base.accuracy or not base.hours or not mycurve.hours:
+            continue
+        goal = base.accuracy[-1]
+        at_base = next(k for k, a in enumerate(base.accuracy) if a >= goal - 1e-12)
+        at = next((k for k, a in enumerate(mycurve.accuracy) if a >= goal - 1e-12), None)
+        out[s] = None if at is None else base.hours[at_base] / mycurve.hours[at]
+    return out

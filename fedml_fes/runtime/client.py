@@ -62,7 +62,12 @@ class LocalTrainer:
                 job.model,
                 job.tokenizer,
                 client,
-                job.cfg.for_round(task.round_idx, job.method.uses_pseudo, getattr(job.method, "bias_only", False)),
+                job.cfg.for_round(
+                    task.round_idx,
+                    job.method.uses_pseudo,
+                    getattr(job.method, "bias_only", False),
+                    getattr(job.method, "every_layer", False),
+                ),
                 gen,
                 job.device,
                 pseudo,

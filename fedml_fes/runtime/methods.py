@@ -41,7 +41,14 @@ from ..pretrain.mlm import (
     train_mlm,
 )
 from ..pretrain.source import resolve_mlm_path
-from ..prompt.classifier import HeadAdapter, PromptAdapter, one_hot, predict_proba, train_examples
+from ..prompt.classifier import (
+    HeadAdapter,
+    PromptAdapter,
+    class_balanced_weights,
+    one_hot,
+    predict_proba,
+    train_examples,
+)
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.augment import drop_words
@@ -217,6 +224,7 @@ class FewShot:
                 model.split = FrozenBottom(model.backbone.base_model, plan.frozen_bottom)
         self.plan = plan
         self.bias_only = mode == "bias" or (plan is not None and plan.full_layers == 0)
+        self.every_layer = mode == "bias"  # BitFit over the whole model (fedfsl_bias)
         if weights:
             self._embedder = ProxyEmbedder(cfg.filter.proxy_model, max_len=max_len)
         return model
@@ -233,6 +241,8 @@ class FewShot:
         pool_b = _texts_b(client.unlabeled)
         texts_b = list(gold_b) if gold_b is not None else [None] * len(texts_a)
         targets = [one_hot(client.gold_labels, self.num_classes)]
+        t = cfg.train
+        gold_w = class_balanced_weights(client.gold_labels) if t.balance_gold_classes else None
         if pseudo is not None and len(pseudo):
             where = {e: i for i, e in enumerate(client.unlabeled.example_ids)}
             rows = [where[e] for e in pseudo.example_ids]
@@ -242,13 +252,25 @@ class FewShot:
             targets.append(
                 np.asarray(pseudo.probs, dtype=np.float32) if soft else one_hot(pseudo.labels, self.num_classes)
             )
-        t = cfg.train
+        y = np.concatenate(targets)
+        n_gold, n_pseudo = len(client.gold_labels), len(y) - len(client.gold_labels)
+        pseudo_w = class_balanced_weights(pseudo.labels) if n_pseudo and cfg.pseudo.balance_classes else None
+        weights = (
+            None
+            if gold_w is None and pseudo_w is None
+            else np.concatenate(
+                [
+                    np.ones(n_gold, np.float32) if gold_w is None else gold_w,
+                    np.ones(n_pseudo, np.float32) if pseudo_w is None else pseudo_w,
+                ]
+            )
+        )
         metrics = train_examples(
             model,
             self.adapter,
             texts_a,
             texts_b if any(texts_b) else None,
-            np.concatenate(targets),
+            y,
             epochs=t.epochs,
             batch_size=t.batch_size,
             lr=t.learning_rate,
@@ -256,6 +278,7 @@ class FewShot:
             generator=generator,
             device=device,
             autocast=autocast_for(cfg.common.precision, device),
+            weights=weights,
         )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(len(texts_a)), metrics
@@ -583,17 +606,23 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     """Config sections ("tuning_args") and single keys ("pacing_args.train_sampling") a method
     never reads, so a change there cannot change its run (the benchmarks' resume check and
     shared-config check ignore them): `tuning_args` (layer plan, bias-only lr and epochs,
-    activation cache) for a method that trains every weight; FeS's pacing-only keys for a
+    activation cache) for a method that trains every weight, its every-layer bias lr for any
+    method but fedfsl_bias; FeS's pacing-only keys for a
     method without curriculum pacing; `adapter_args` for a method without adapters;
     `pseudo_args` and `filter_args` for a method that never pseudo-labels (FedCLS, Prompt-only)."""
     method = PRESETS.get(method_name)
     made = method() if method else None
     mode = getattr(made, "tuning", None) or model_tuning
     inert = {"tuning_args"} if mode == "full" else set()
+    if mode != "bias":  # only BitFit over every layer reads it
+        inert.add("tuning_args.all_bias_learning_rate")
     if mode not in ADAPTER_KINDS:
         inert.add("adapter_args")
     else:  # adapters read only the activation cache's switch from tuning_args
-        inert |= {f"tuning_args.{k}" for k in ("full_layers", "bias_layers", "bias_learning_rate", "bias_epochs")}
+        inert |= {
+            f"tuning_args.{k}"
+            for k in ("full_layers", "bias_layers", "bias_learning_rate", "all_bias_learning_rate", "bias_epochs")
+        }
     if made is not None and getattr(made, "pacing", "count") == "count":
         inert |= {"pacing_args.train_sampling", "pacing_args.val_signal"}
         if not isinstance(made, AdapterTuning):  # its progressive configurator holds validation out too

@@ -35,7 +35,9 @@ def preview_run(cfg: FesConfig) -> list[str]:
     per_class = training_gold.class_counts() if training_gold is not None else [0] * len(data.classes)
     missing = [name for name, n in zip(data.classes, per_class) if n == 0]
     d, t = cfg.data, cfg.train
-    late = cfg.for_round(t.comm_round, False, getattr(method, "bias_only", False)).train  # after any warm-up
+    late = cfg.for_round(  # after any warm-up
+        t.comm_round, False, getattr(method, "bias_only", False), getattr(method, "every_layer", False)
+    ).train
     lines = [
         f"dry run of {cfg.source}: checked, nothing loaded, no run directory created",
         f"data: {d.dataset}, {int(pools.sum()) + sum(gold.values()) + held} training texts, {len(data.test.texts)} test, "

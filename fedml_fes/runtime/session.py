@@ -114,6 +114,7 @@ class ServerSession:
             run_dir=str(self.run_dir),
             initial=initial,
             test=self._test(),
+            initial_test=self._test(self.server.initial),
             device=describe_device(self.job.device, self.job.cfg.common.precision),
             below_start=warning is not None,
             **({"warning": warning} if warning else {}),
@@ -149,10 +150,11 @@ class ServerSession:
         """Scores of the model before any round (zero-shot accuracy for prompt methods)."""
         return {k: v for k, v in self.server.initial.items() if k not in CLASS_DETAILS}
 
-    def _test(self) -> dict[str, Any]:
-        """The last test evaluation's per-class accuracy, confusion matrix (rows: true class) and
-        majority-class rate, with the class names: one-class predictions show here."""
-        details = self.server.last_test
+    def _test(self, scores: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The last test evaluation's (or `scores`') per-class accuracy, confusion matrix (rows:
+        true class) and majority-class rate, with the class names: one-class predictions show
+        here, and beside the untrained model's (`initial_test`), which classes training moved."""
+        details = self.server.last_test if scores is None else {k: scores[k] for k in CLASS_DETAILS if k in scores}
         return {"classes": list(self.job.data.classes), **details} if details else {}
 
     def _final(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -30,6 +31,11 @@ def load_trainable(model: nn.Module, state: "OrderedDict[str, torch.Tensor]") ->
 
 
 def payload_bytes(state: "OrderedDict[str, torch.Tensor]") -> int:
+    """Bytes of the tensors; a parked mapping (runtime.spill.DiskTensors) says its size without
+    reading its file (the round server asks twice a round)."""
+    known = getattr(state, "nbytes", None)
+    if isinstance(known, int):
+        return known
     return sum(t.numel() * t.element_size() for t in state.values())
 
 
@@ -159,7 +165,7 @@ def screen_updates(
             if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
                 raise FesError(f"update from {names[i]} is not a (weight, tensors) pair")
             weight, params = entry
-            if not isinstance(params, dict):
+            if not isinstance(params, Mapping):  # a dict, or tensors parked on disk (runtime.spill)
                 raise FesError(f"update from {names[i]} carries {type(params).__name__}, not named tensors")
             validate_update(params, reference, names[i], finite=False)  # change_norm checks the values
             if (

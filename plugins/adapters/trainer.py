@@ -83,4 +83,5 @@ class FesTrainer(ClientTrainer):
         self.on_before_local_training(client_data, device, self.args)
         self._play()
         self.on_after_local_training(client_data, device, self.args)
-        return self._updates[0]
+        update, self._updates = self._updates[0], []  # the caller's alone (it may park it on disk)
+        return update

@@ -127,10 +127,16 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     held = [d for d in HELD_OUT if d in present] + from_files  # none of them tuned anything
     matrix = [d for d in DATASETS if set(present) - set(held) or not held] + held
     expected = len(matrix) * len(METHODS) * len(SEEDS)
+    variants = sum("@" in variant_of(r) for r in rows)  # method@labeler rows: beside the matrix, not in it
+    in_matrix = sum(r["method"] != ZERO_SHOT for r in rows) - variants
     lines += [
         "",
-        f"Completed runs: {sum(r['method'] != ZERO_SHOT for r in rows)} (the full matrix is {expected}: {len(matrix)} datasets x "
-        f"{len(METHODS)} methods x seeds {', '.join(map(str, SEEDS))}).",
+        f"Completed runs: {in_matrix} (the full matrix is {expected}: {len(matrix)} datasets x {len(METHODS)} "
+        f"methods x seeds {', '.join(map(str, SEEDS))})"
+        + (f", and {variants} runs of `method@labeler` rows." if variants else "."),
+        "",
+        f"Run time: {sum(r.get('_wall_s', 0.0) for r in rows) / 3600:.1f} h over these runs (each run's own "
+        "wall time, summary.json; a resumed run counts the part after resuming).",
     ]
     if held:
         lines += [

@@ -158,6 +158,8 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
         "_config": cfg.to_dict(),
         "_run_dir": str(run_dir),
         "_gold": gold_classes(run_dir, cfg),
+        # the run's own wall time (a resumed run: the part after resuming)
+        "_wall_s": float(summary.get("wall_s") or 0.0),
     }
 
 
@@ -184,6 +186,7 @@ def zero_shot_row(run: dict[str, Any]) -> dict[str, Any]:
         "pseudo_precision": float("nan"),
         "bytes_up": 0,
         "emulated_hours": 0.0,
+        "_wall_s": 0.0,  # no run of its own
     }
 
 

@@ -140,23 +140,29 @@ def resumable(p: Pending, echo: Echo) -> bool:
 def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     """Run every pending run; returns the tags of those that did not complete."""
     from fedml_fes_plugins.bench.runner import BenchInterrupted
+    from fedml_fes_plugins.runtimes.signals import stop_on_signals
 
     failed: list[str] = []
     if jobs == 1:
-        for i, p in enumerate(todo, 1):
-            resume = resumable(p, echo)
-            echo(f"[{i}/{len(todo)}] {p.tag}")
-            try:
-                status = run_job(p.cfg, str(p.run_dir), p.tag, resume)
-            except KeyboardInterrupt:
-                raise BenchInterrupted(
-                    f"fidelity interrupted during {p.tag}; finished runs are kept in "
-                    f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
-                    f"command again to resume"
-                ) from None
-            echo(f"[{i}/{len(todo)}] {_result_line(p, status)}")
-            if status.get("status") != "completed":
-                failed.append(p.tag)
+        # a SIGINT or SIGTERM that lands inside torch.save (a checkpoint being written) comes
+        # out as RuntimeError "unexpected pos": under stop_on_signals the run still knows it
+        # was a stop (signals.stop_requested), marks itself interrupted and the harness stops
+        # instead of calling it failed and starting the next run
+        with stop_on_signals():
+            for i, p in enumerate(todo, 1):
+                resume = resumable(p, echo)
+                echo(f"[{i}/{len(todo)}] {p.tag}")
+                try:
+                    status = run_job(p.cfg, str(p.run_dir), p.tag, resume)
+                except KeyboardInterrupt:
+                    raise BenchInterrupted(
+                        f"fidelity interrupted during {p.tag}; finished runs are kept in "
+                        f"{p.run_dir.parent} (the interrupted one is marked so); run the same "
+                        f"command again to resume"
+                    ) from None
+                echo(f"[{i}/{len(todo)}] {_result_line(p, status)}")
+                if status.get("status") != "completed":
+                    failed.append(p.tag)
         return failed
     return _run_parallel(todo, jobs, echo)
 
@@ -164,6 +170,7 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
 def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dict[str, Any]:
     """One run (or the rest of a checkpointed one, `resume`), in this process; its test-set class
     counts go beside it (the majority-class rate)."""
+    from fedml_fes.runtime.checkpoint import drop_checkpoint
     from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
@@ -179,29 +186,34 @@ def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dic
     except FesError as e:
         return {"status": "failed", "error": str(e), "seconds": time.time() - start}
     heldout_classes(Path(run_dir), cfg)
+    if summary.get("status") == "completed":
+        drop_checkpoint(run_dir)  # the report reads the run's files; only an unfinished run resumes
     return {"status": summary.get("status"), "final": summary.get("final"), "seconds": time.time() - start}
 
 
 def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
-    """Take runs from `tasks` until None; SIGINT is the parent's to handle, SIGTERM interrupts the run."""
+    """Take runs from `tasks` until None; SIGINT is the parent's to handle, SIGTERM interrupts the
+    run (also inside torch.save: stop_on_signals, as in `_run_all`)."""
+    from fedml_fes_plugins.runtimes.signals import stop_on_signals
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def stop(_signum, _frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
     try:
-        while True:
-            item = tasks.get()
-            if item is None:
-                return
-            key, cfg, run_dir, tag, resume = item
-            try:
-                results.put((key, run_job(cfg, run_dir, tag, resume)))
-            except Exception as e:  # noqa: BLE001 (anything unexpected: one line, the run is redone next time)
-                results.put((key, {"status": "failed", "error": f"{type(e).__name__}: {e}"}))
+        with stop_on_signals((signal.SIGTERM,)):
+            _take_runs(tasks, results)
     except KeyboardInterrupt:  # the run (if any) has marked itself interrupted
         return
+
+
+def _take_runs(tasks, results) -> None:
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        key, cfg, run_dir, tag, resume = item
+        try:
+            results.put((key, run_job(cfg, run_dir, tag, resume)))
+        except Exception as e:  # noqa: BLE001 (anything unexpected: one line, the run is redone next time)
+            results.put((key, {"status": "failed", "error": f"{type(e).__name__}: {e}"}))
 
 
 def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:

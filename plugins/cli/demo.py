@@ -81,6 +81,7 @@ SHARED: dict[str, dict[str, Any]] = {
         "activation_cache": True,
         "bias_learning_rate": 0.01,
         "bias_epochs": 5,
+        "all_bias_learning_rate": 0.001,
     },
     "filter_args": {"method": "vote_k", "rho": 10.0},
     "pacing_args": {
@@ -88,7 +89,7 @@ SHARED: dict[str, dict[str, Any]] = {
         "trial_rounds": 1,
         "switch_threshold": 0.0,
         "train_sampling": "labels",
-        "val_holdout": 0.25,
+        "val_holdout": 0.0,
         "val_signal": "log_likelihood",
     },
     "cost_args": {"devices": [DEVICE], "bandwidth_MBps": 1.0},

@@ -178,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--local-services", action="store_true", help="start mosquitto and a moto S3 endpoint on free loopback ports"
     )
     device.add_argument("--timeout", type=float, default=None, help="end the run after this many seconds")
+    device.add_argument(
+        "--devices-per-process",
+        type=int,
+        default=1,
+        help="emulated devices one process plays (one model each process, one device training at a "
+        "time): a hundred devices on one host",
+    )
     _add_common(device)
 
     certs = sub.add_parser(
@@ -324,7 +331,14 @@ def _main(opts: argparse.Namespace) -> int:
             from fedml_fes_plugins.cross_device.launch import run_local as run_cross_device
             from fedml_fes_plugins.cross_silo.services import LocalJob
 
-            job = LocalJob(opts.cf, opts.set, opts.run_dir, opts.local_services, timeout_s=opts.timeout)
+            job = LocalJob(
+                opts.cf,
+                opts.set,
+                opts.run_dir,
+                opts.local_services,
+                timeout_s=opts.timeout,
+                devices_per_process=opts.devices_per_process,
+            )
             summary = run_cross_device(job)
             _print_summary(summary)
             print(json.dumps({"cross_device": summary["cross_device"]}, indent=2))

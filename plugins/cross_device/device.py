@@ -28,6 +28,7 @@ import json
 import os
 import queue
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -72,6 +73,7 @@ class EmulatedDevice:
         settings: DeviceRunSettings,
         edge_id: int,
         echo: Callable[[str], None] = print,
+        train_lock: threading.Lock | None = None,
     ):
         if edge_id not in settings.edge_ids:
             raise FesError(
@@ -90,20 +92,24 @@ class EmulatedDevice:
             "bytes_up": 0,
             "mqtt_bytes_in": 0,
             "mqtt_bytes_out": 0,
+            "mqtt_messages": 0,  # published and received, this device's side of the broker
             "train_s": 0.0,
         }
         self.trainer: FesTrainer | None = None
         self.client: Any = None
         self.s3: Any = None
+        # devices played by one process share its model: one trains at a time
+        self.train_lock = train_lock or threading.Lock()
 
     # ---- set-up ---------------------------------------------------------------------------
-    def build(self) -> None:
-        """The FeS job and trainer, before the device says it is online."""
+    def build(self, job: Any = None) -> None:
+        """The FeS job (or another device's in the same process) and this device's trainer,
+        before the device says it is online."""
         from fedml_fes.runtime.job import build_job
 
         args = fedml_namespace(self.cfg, self.run_dir, self.s)
         args.rank, args.role, args.client_id = self.edge, "client", self.edge
-        args.fes_job = build_job(self.cfg, "client", self.run_dir)
+        args.fes_job = job if job is not None else build_job(self.cfg, "client", self.run_dir)
         self.args = args
         self.trainer = FesTrainer(args.fes_job.model, args)
         self.trainer.set_id(self.s.slot(self.edge))
@@ -148,6 +154,7 @@ class EmulatedDevice:
     def _publish(self, payload: str, wait: bool = False) -> None:
         info = self.client.publish(device_to_server_topic(self.s.run_id, self.edge), payload, qos=2)
         self.stats["mqtt_bytes_out"] += len(payload)
+        self.stats["mqtt_messages"] += 1
         if wait:
             info.wait_for_publish(timeout=10)
 
@@ -166,6 +173,7 @@ class EmulatedDevice:
                 raise msg
             heard = time.monotonic()
             self.stats["mqtt_bytes_in"] += len(msg.payload)
+            self.stats["mqtt_messages"] += 1
             body = json.loads(msg.payload)
             if msg.topic == SERVER_LAST_WILL:
                 if str(body.get("ID")) == str(self.s.server_id) and body.get("status") == OFFLINE:
@@ -207,12 +215,13 @@ class EmulatedDevice:
         return data
 
     def _train_and_answer(self, payload: Any) -> None:
-        t0 = time.monotonic()
-        self.trainer.set_model_params(payload)
-        self.trainer.train(None, self.args.fes_job.device, self.args)
-        answer = self.trainer.get_model_params()  # the played clients' updates, or this device's error
-        self.stats["train_s"] += time.monotonic() - t0
-        data = encode_payload(answer)
+        with self.train_lock:
+            t0 = time.monotonic()
+            self.trainer.set_model_params(payload)
+            self.trainer.train(None, self.args.fes_job.device, self.args)
+            answer = self.trainer.get_model_params()  # the played clients' updates, or this device's error
+            self.stats["train_s"] += time.monotonic() - t0
+            data = encode_payload(answer)
         key = device_object_key(self.s.run_id, self.edge)
         try:
             self.s3.put_object(Bucket=self.s.s3["BUCKET_NAME"], Key=key, Body=data)
@@ -241,22 +250,53 @@ def run_device(
 ) -> int:
     """One device process: 0 when the run finished, 1 with one `error:` line otherwise. A
     failing device leaves without a goodbye, so the server hears of it (its last will)."""
-    device = EmulatedDevice(cfg, Path(run_dir), settings, edge_id, echo)
-    device.build()
-    device.connect()
-    try:
-        device.run()
-    except DeviceGone as e:
-        echo(f"error: device {edge_id}: {e}")
-        sys.stdout.flush()
-        os._exit(1)
-    except Exception as e:
-        echo(f"error: device {edge_id}: {one_line(e)}")
-        sys.stdout.flush()
-        os._exit(1)
-    device.close()
-    echo(
-        f"device {edge_id} finished: {device.stats['rounds']} rounds, {device.stats['bytes_down']} bytes down, "
-        f"{device.stats['bytes_up']} bytes up"
-    )
+    return run_devices(cfg, run_dir, settings, [edge_id], echo)
+
+
+def run_devices(
+    cfg: FesConfig,
+    run_dir: str,
+    settings: DeviceRunSettings,
+    edge_ids: list[int],
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Devices `edge_ids` played by this process, each with its own MQTT connection, inbox and
+    thread, sharing one FeS job (model, data) and training one at a time: a hundred devices
+    on a host that holds a few hundred MiB per process, not per device. 0 when every device
+    finished; the first device that fails ends the process with its one `error:` line, so
+    every device here leaves without a goodbye and the server hears of each (last wills)."""
+    from fedml_fes_plugins.cross_silo.transport import use_outgoing_only_inflight_count
+
+    use_outgoing_only_inflight_count()
+    lock = threading.Lock()
+    devices = [EmulatedDevice(cfg, Path(run_dir), settings, e, echo, lock) for e in edge_ids]
+    job = None
+    for device in devices:
+        device.build(job)
+        job = device.args.fes_job
+
+    def play(device: EmulatedDevice) -> None:
+        try:
+            device.connect()
+            device.run()
+        except DeviceGone as e:
+            echo(f"error: device {device.edge}: {e}")
+            sys.stdout.flush()
+            os._exit(1)
+        except Exception as e:
+            echo(f"error: device {device.edge}: {one_line(e)}")
+            sys.stdout.flush()
+            os._exit(1)
+
+    threads = [threading.Thread(target=play, args=(d,), name=f"device-{d.edge}", daemon=True) for d in devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for device in devices:
+        device.close()
+        echo(
+            f"device {device.edge} finished: {device.stats['rounds']} rounds, {device.stats['bytes_down']} bytes "
+            f"down, {device.stats['bytes_up']} bytes up"
+        )
     return 0

@@ -2,7 +2,8 @@
 
 With `--local-services` it starts a real MQTT broker (mosquitto) and an S3 endpoint (moto) on
 free loopback ports (`cross_silo/services.py`), else it uses the config's. Then the K
-emulated devices, each its own process, and FedML's cross-device server, all at once. Each process's output is kept in `<run_dir>/logs/`, the pids in
+emulated devices, each its own process (or `devices_per_process` of them in one), and FedML's
+cross-device server, all at once. Each process's output is kept in `<run_dir>/logs/`, the pids in
 `<run_dir>/processes.json`.
 
 Ending: the run is over when the server exits. The first process that exits with an error
@@ -121,8 +122,16 @@ def run_local(job: LocalJob) -> dict[str, Any]:
             ensure_mlm_build(cfg, job.echo)
         run.prepare(cfg.common.torch_threads)
         base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
-        for edge in settings.edge_ids:
-            run.start(Child, f"device {edge}", base + ["--role", "device", "--edge-id", str(edge)], f"device{edge}.log")
+        edges, per = list(settings.edge_ids), max(1, job.devices_per_process)
+        for group in (edges[i : i + per] for i in range(0, len(edges), per)):
+            first, last = group[0], group[-1]
+            if first == last:
+                run.start(
+                    Child, f"device {first}", base + ["--role", "device", "--edge-id", str(first)], f"device{first}.log"
+                )
+            else:
+                name, ids = f"devices {first}-{last}", f"{first}-{last}"
+                run.start(Child, name, base + ["--role", "device", "--edge-ids", ids], f"devices{ids}.log")
         # at once: whichever connects first, the other finds it (protocol.py: a device says ONLINE when it
         # has subscribed, the server asks every device when it has), so start-up costs the slowest load, not the sum
         run.start(Child, "server", base + ["--role", "server"], "server.log")
@@ -183,5 +192,6 @@ def transfer_stats(run_dir: Path, wall_s: float) -> dict[str, Any]:
         "bytes_down": sum(d["bytes_down"] for d in devices),
         "bytes_up": sum(d["bytes_up"] for d in devices),
         "mqtt_bytes": sum(d["mqtt_bytes_in"] + d["mqtt_bytes_out"] for d in devices),
+        "mqtt_messages": sum(d.get("mqtt_messages", 0) for d in devices),
         "device_rounds": [d["rounds"] for d in devices],
     }

@@ -22,6 +22,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="server (FedML's cross-device server) or device (an emulated phone)",
     )
     p.add_argument("--edge-id", type=int, default=None, help="device: its edge id, 1..comm_args.silo_num")
+    p.add_argument(
+        "--edge-ids",
+        default=None,
+        metavar="FIRST-LAST",
+        help="devices: play edge ids FIRST..LAST in this one process (one model, one device training at a time)",
+    )
     add_process_arguments(
         p,
         "run config YAML (comm_args.backend: MQTT_S3_MNN)",
@@ -45,12 +51,25 @@ def run_role(opts: argparse.Namespace, echo: Callable[[str], None]) -> int:
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
         echo(f"done: final={summary.get('final')}")
         return 0
-    if opts.edge_id is None or not opts.run_dir:
-        raise FesError("a device needs --edge-id (1..comm_args.silo_num) and --run-dir (the server's run directory)")
-    from fedml_fes_plugins.cross_device.device import run_device
+    edges = _edge_ids(opts)
+    if not edges or not opts.run_dir:
+        raise FesError(
+            "a device needs --edge-id (1..comm_args.silo_num) or --edge-ids FIRST-LAST, and --run-dir "
+            "(the server's run directory)"
+        )
+    from fedml_fes_plugins.cross_device.device import run_devices
 
     Path(opts.run_dir).mkdir(parents=True, exist_ok=True)
-    return run_device(cfg, opts.run_dir, settings, opts.edge_id, echo)
+    return run_devices(cfg, opts.run_dir, settings, edges, echo)
+
+
+def _edge_ids(opts: argparse.Namespace) -> list[int]:
+    if opts.edge_ids is None:
+        return [] if opts.edge_id is None else [opts.edge_id]
+    first, sep, last = opts.edge_ids.partition("-")
+    if not (sep and first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last)):
+        raise FesError(f"--edge-ids {opts.edge_ids!r}: give a range FIRST-LAST of edge ids, e.g. 1-50")
+    return list(range(int(first), int(last) + 1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from fedml_fes_plugins.cross_device.protocol import (
     encode_payload,
 )
 from fedml_fes_plugins.cross_device.settings import BACKEND, STATS_FILE, DeviceRunSettings, fedml_namespace
+from fedml_fes_plugins.cross_silo.transport import use_outgoing_only_inflight_count
 
 
 class TestLoaderView:
@@ -203,6 +204,7 @@ def run_server(
     fes.open(path, runtime="fedml_cross_device")  # the run's records (and the zero-shot evaluation)
     first = fes.get_model_params()  # the first phase's plan with the global tensors
     Path(args.global_model_file_path).write_bytes(encode_payload(first))
+    use_outgoing_only_inflight_count()  # FedML's paho client: its bursts to every device must not exceed 20
     watchdog = Watchdog(settings, fes, fail)
     echo(
         f"cross-device server: run {settings.run_id}, devices {list(settings.edge_ids)}, "

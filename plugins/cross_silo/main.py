@@ -86,7 +86,12 @@ def run_process(
     logging.basicConfig(level=cfg.tracking_args.log_level)
     from fedml_fes.runtime.job import build_job, make_run_dir
     from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
-    from fedml_fes_plugins.cross_silo.transport import fedml_args, use_safe_s3_models, use_tls_mqtt
+    from fedml_fes_plugins.cross_silo.transport import (
+        fedml_args,
+        use_outgoing_only_inflight_count,
+        use_safe_s3_models,
+        use_tls_mqtt,
+    )
 
     # locked for this process's life (a second server or silo into it is refused with one line),
     # unless the cross-silo launcher that started it holds the lock (rundir.inherited_lock_env)
@@ -103,6 +108,7 @@ def run_process(
     use_safe_s3_models()  # model params in the bucket as FES1 bytes, never pickles
     if settings.backend == "MQTT_S3":
         use_tls_mqtt(settings.tls(opts.rank))  # FedML's paho client, with this process's certificate
+        use_outgoing_only_inflight_count()
     if opts.role == "server":
         from fedml_fes_plugins.cross_silo.server import SiloServer
 

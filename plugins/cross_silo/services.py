@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import queue
+import random
 import shutil
 import signal
 import socket
@@ -32,8 +33,30 @@ from fedml_fes_plugins.cross_silo.tls import TlsFiles
 MOSQUITTO_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto")
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A port free now, for a listener that a child process opens later. Chosen below the
+    kernel's ephemeral range: a port from bind(0) is ephemeral, so between this call and the
+    child's bind any outgoing connection (another test's client, a forwarder) may take it as
+    its local port, and the child fails with 'address in use'."""
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # nothing free below the range: let the kernel pick
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -150,7 +173,8 @@ class LocalJob:
     """What a launcher of a whole run on this machine (`cross-silo-local`, `cross-device-local`)
     is asked for: the config file and its `--set` items, the run folder (None: a new one under
     common_args.output_dir), whether to start the services on free loopback ports
-    (`--local-services`), where the run's lines go and how long it may take (None: no limit)."""
+    (`--local-services`), where the run's lines go and how long it may take (None: no limit);
+    cross-device only: how many emulated devices one process plays (`--devices-per-process`)."""
 
     config_path: str
     overrides: list[str] = field(default_factory=list)
@@ -158,6 +182,7 @@ class LocalJob:
     local_services: bool = False
     echo: Callable[[str], None] = print
     timeout_s: float | None = None
+    devices_per_process: int = 1
 
 
 class LocalRun:

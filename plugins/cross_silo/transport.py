@@ -294,6 +294,38 @@ def use_flushing_mqtt_stop() -> None:
     cls.stop_receive_message = stop_receive_message
 
 
+def use_outgoing_only_inflight_count() -> None:
+    """paho-mqtt 1.6.1 counts a client's outgoing QoS 1/2 messages in flight and holds back
+    more than 20 (`max_inflight_messages`), but its `_handle_pubrel` (client.py:3357) also
+    subtracts one for every *incoming* QoS 2 message it completes. FedML's servers receive one
+    per device status and update, so the count goes negative and the next burst (the server's
+    CHECK_CLIENT_STATUS or INIT to every device, `cross_device/server_mnn/
+    fedml_server_manager.py:259-270`) leaves all at once; mosquitto 2 takes at most 20 QoS 2
+    messages in flight from a client and drops the rest. With 100 devices, 80 never heard from
+    the server and the run stalled. The stand-in completes an incoming QoS 2 message without
+    touching the outgoing count (everything else as paho does it)."""
+    import struct
+
+    import paho.mqtt.client as mqtt
+
+    if getattr(mqtt.Client._handle_pubrel, "fes_outgoing_only", False):
+        return
+
+    def _handle_pubrel(self) -> int:
+        length = self._in_packet["remaining_length"]
+        if (length < 2) if self._protocol == mqtt.MQTTv5 else (length != 2):
+            return mqtt.MQTT_ERR_PROTOCOL
+        (mid,) = struct.unpack("!H", self._in_packet["packet"][:2])
+        self._easy_log(mqtt.MQTT_LOG_DEBUG, "Received PUBREL (Mid: %d)", mid)
+        with self._in_message_mutex:
+            if mid in self._in_messages:  # once: a repeated PUBREL is only acknowledged
+                self._handle_on_message(self._in_messages.pop(mid))
+        return self._send_pubcomp(mid)
+
+    _handle_pubrel.fes_outgoing_only = True
+    mqtt.Client._handle_pubrel = _handle_pubrel
+
+
 def use_safe_s3_models(max_bytes: int = MAX_MESSAGE_BYTES) -> None:
     """FedML 0.9.6's MQTT_S3 transport puts each message's model params in the bucket as a
     pickle (`core/distributed/communication/s3/remote_storage.py:81`, `write_model`) and

@@ -1,0 +1,62 @@
+"""AdamW stepped inside the backward pass: the same weights as one grouped AdamW, bit for bit,
+and no gradient held by the model afterwards."""
+
+import copy
+
+import torch
+from torch import nn
+
+from fedml_fes.prompt.classifier import StepInBackward
+
+
+class TiedLM(nn.Module):
+    """An embedding used twice (input and output, tied as SmolLM2's), a layer with a bias, and a
+    parameter no loss reaches (it must stay untouched, as a grouped AdamW leaves it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.mid = nn.Linear(16, 16)
+        self.unused = nn.Parameter(torch.ones(3))
+
+    def forward(self, ids):
+        h = torch.tanh(self.mid(self.emb(ids)))
+        return h @ self.emb.weight.T
+
+
+def _batches():
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randint(0, 50, (4, 6), generator=g), torch.randint(0, 50, (4, 6), generator=g)) for _ in range(5)]
+
+
+def _loss(model, ids, y):
+    return nn.functional.cross_entropy(model(ids).reshape(-1, 50), y.reshape(-1))
+
+
+def test_steps_in_backward_equal_a_grouped_adamw_bit_for_bit():
+    torch.manual_seed(0)
+    grouped = TiedLM()
+    hooked = copy.deepcopy(grouped)
+    opt = torch.optim.AdamW([p for p in grouped.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01)
+    steps = StepInBackward([p for p in hooked.parameters() if p.requires_grad], 1e-2, 0.01)
+    for ids, y in _batches():
+        opt.zero_grad(set_to_none=True)
+        _loss(grouped, ids, y).backward()
+        opt.step()
+        _loss(hooked, ids, y).backward()
+    steps.close()
+    for (name, a), b in zip(grouped.named_parameters(), hooked.parameters()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(grouped.emb.weight, TiedLM().emb.weight)  # it trained
+    assert all(p.grad is None for p in hooked.parameters())  # freed as each step ran
+
+
+def test_closed_steps_leave_later_backward_passes_alone():
+    model = TiedLM()
+    steps = StepInBackward(list(model.parameters()), 1e-2, 0.0)
+    steps.close()
+    before = copy.deepcopy(model.state_dict())
+    ids, y = _batches()[0]
+    _loss(model, ids, y).backward()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.mid.weight.grad is not None  # a plain backward again: gradients, no step
