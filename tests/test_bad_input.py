@@ -209,6 +209,7 @@ CASES = [
         "pseudo_args.confidence_threshold must be in [0, 1), got 1.0",
     ),
     ("label_every 0", keys(pseudo_args={"label_every": 0}), "pseudo_args.label_every must be >= 1, got 0"),
+    ("sample_weight 0", keys(pseudo_args={"sample_weight": 0}), "pseudo_args.sample_weight must be > 0, got 0"),
     (
         "candidate_fraction negative",
         keys(filter_args={"candidate_fraction": -0.1}),

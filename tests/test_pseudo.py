@@ -223,12 +223,15 @@ def test_class_balanced_weights_give_each_present_class_the_same_total():
     assert class_balanced_weights([]).shape == (0,)
 
 
-@pytest.mark.parametrize("balance_gold, balance_pseudo", [(True, False), (False, True)])
+@pytest.mark.parametrize(
+    "balance_gold, balance_pseudo, sample_weight", [(True, False, 1.0), (False, True, 1.0), (False, True, 0.25)]
+)
 def test_class_balanced_loss_weights_the_rows_it_names(
-    tmp_path, tiny_model_dir, monkeypatch, balance_gold, balance_pseudo
+    tmp_path, tiny_model_dir, monkeypatch, balance_gold, balance_pseudo, sample_weight
 ):
     """train_args.balance_gold_classes: the gold rows get the class-balanced weights, the pseudo
-    rows 1; pseudo_args.balance_classes: the other way round, over the client's pseudo labels.
+    rows 1; pseudo_args.balance_classes: the other way round, over the client's pseudo labels;
+    pseudo_args.sample_weight scales the pseudo rows and their share of FedAvg's sample count.
     The weights enter the loss (a doubled weight doubles it before any step)."""
     import torch
 
@@ -236,7 +239,14 @@ def test_class_balanced_loss_weights_the_rows_it_names(
     from fedml_fes.runtime import methods
 
     calls: list[tuple[np.ndarray, np.ndarray | None]] = []
+    counts: list[float] = []
     real = methods.train_examples
+    real_local_train = methods.FewShot.local_train
+
+    def count(self, *args, **kwargs):
+        weight, metrics = real_local_train(self, *args, **kwargs)
+        counts.append(weight)
+        return weight, metrics
 
     def spy(model, adapter, texts_a, texts_b, targets, **kwargs):
         calls.append((targets, kwargs.get("weights")))
@@ -254,6 +264,7 @@ def test_class_balanced_loss_weights_the_rows_it_names(
         return real(model, adapter, texts_a, texts_b, targets, **kwargs)
 
     monkeypatch.setattr(methods, "train_examples", spy)
+    monkeypatch.setattr(methods.FewShot, "local_train", count)
     if balance_pseudo:  # the tiny model labels everything as one class: draw varied labels instead
         rng = np.random.default_rng(0)
         monkeypatch.setattr(
@@ -267,13 +278,20 @@ def test_class_balanced_loss_weights_the_rows_it_names(
         train_args={"method": "fedfsl", "comm_round": 2, "balance_gold_classes": balance_gold},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001},
         # soft labels: the pseudo rows tell apart from the gold ones
-        pseudo_args={"label_clients": 3, "per_pass": 10, "soft_labels": True, "balance_classes": balance_pseudo},
+        pseudo_args={
+            "label_clients": 3,
+            "per_pass": 10,
+            "soft_labels": True,
+            "balance_classes": balance_pseudo,
+            "sample_weight": sample_weight,
+        },
     )
     cfg = config_from_dict(raw)
     summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and getattr(spy, "checked", False)
     saw_pseudo = False
-    for targets, weights in calls:
+    assert len(counts) == len(calls)
+    for (targets, weights), weight in zip(calls, counts):
         hard = np.isclose(targets.max(1), 1.0)
         n_gold = int(np.argmin(hard)) if not hard.all() else len(targets)
         if not balance_gold and n_gold == len(targets):
@@ -282,6 +300,8 @@ def test_class_balanced_loss_weights_the_rows_it_names(
         assert weights is not None and len(weights) == len(targets)
         gold, pseudo = targets[:n_gold].argmax(1), targets[n_gold:].argmax(1)
         assert np.allclose(weights[:n_gold], class_balanced_weights(gold) if balance_gold else 1.0)
-        assert np.allclose(weights[n_gold:], class_balanced_weights(pseudo) if balance_pseudo else 1.0)
+        expected = class_balanced_weights(pseudo) if balance_pseudo else np.ones(len(pseudo))
+        assert np.allclose(weights[n_gold:], sample_weight * expected)
+        assert weight == pytest.approx(n_gold + sample_weight * len(pseudo))  # FedAvg's sample count
         saw_pseudo |= len(pseudo) > 0 and (not balance_pseudo or len(set(pseudo)) > 1)
     assert saw_pseudo

@@ -77,6 +77,12 @@ class PseudoConfig:
     # confident picks keep their labels but a class the model over-picks (TREC-6 seed 0: 63% NUM)
     # does not pull the prior toward it. Off: every pseudo label weighs 1 (the paper's)
     balance_classes: bool = False
+    # what one pseudo label weighs against one gold label, in the client's loss and in FedAvg's
+    # sample count (gold + weight x pseudo). 1: the paper's, where a round's pseudo-labeled
+    # clients outweigh the few gold clients and dilute their update: with AG News' 100 pseudo
+    # labels on each of four trainers, the gold client's 64 labels carry 14% of the average
+    # (Prompt-only: 100%). Below 1 the gold update keeps its share (FixMatch's lambda_u)
+    sample_weight: float = 1.0
     # the gold-only warm-up rounds (before start_round) may train harder than the pseudo-label
     # rounds: bias-only plans need many steps on the gold labels, but the same step size on a
     # client's handful of one-sided pseudo labels drags the shared biases to its class
@@ -98,6 +104,7 @@ def validate_pseudo(p: PseudoConfig) -> None:
         0 <= p.confidence_threshold < 1,
         f"pseudo_args.confidence_threshold must be in [0, 1), got {p.confidence_threshold}",
     )
+    check(p.sample_weight > 0, f"pseudo_args.sample_weight must be > 0, got {p.sample_weight}")
     check(0 <= p.per_pass_fraction <= 1, f"pseudo_args.per_pass_fraction must be in [0, 1], got {p.per_pass_fraction}")
     check(
         0 <= p.augment_word_dropout < 1,

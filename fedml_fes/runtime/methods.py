@@ -254,7 +254,10 @@ class FewShot:
             )
         y = np.concatenate(targets)
         n_gold, n_pseudo = len(client.gold_labels), len(y) - len(client.gold_labels)
+        lam = cfg.pseudo.sample_weight
         pseudo_w = class_balanced_weights(pseudo.labels) if n_pseudo and cfg.pseudo.balance_classes else None
+        if n_pseudo and lam != 1.0:
+            pseudo_w = lam * (np.ones(n_pseudo, np.float32) if pseudo_w is None else pseudo_w)
         weights = (
             None
             if gold_w is None and pseudo_w is None
@@ -281,7 +284,7 @@ class FewShot:
             weights=weights,
         )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
-        return float(len(texts_a)), metrics
+        return float(n_gold + lam * n_pseudo), metrics  # FedAvg's sample count
 
     def label(self, model, client, cfg, device, previous, store_dir, options):
         """Relabel with the global model; returns (pseudo labels, number of samples inferred).
