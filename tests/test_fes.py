@@ -772,11 +772,12 @@ def test_loading_the_filtering_proxy_prints_no_weight_loading_bar(capfd):
     assert "Loading weights" not in out + err, err[-500:]
 
 
-@pytest.mark.parametrize("by_labels", [False, True])
-def test_fedfsl_draws_by_labels_held_with_sample_by_labels(tmp_path, tiny_model_dir, by_labels):
+@pytest.mark.parametrize("by_labels, weight, held_each", [(False, 1.0, 1), (True, 1.0, 1), (True, 0.25, 4)])
+def test_fedfsl_draws_by_labels_held_with_sample_by_labels(tmp_path, tiny_model_dir, by_labels, weight, held_each):
     """pseudo_args.sample_by_labels: FedFSL (static count pacing) draws trainers in proportion to
     the labels they hold, so the few gold clients are not crowded out by many clients holding a
-    handful of pseudo labels; off, FedFSL draws uniformly (the paper's FedAvg draw)."""
+    handful of pseudo labels; off, FedFSL draws uniformly (the paper's FedAvg draw). A pseudo
+    label counts pseudo_args.sample_weight of a gold one: 4 at 0.25 draw as 1 at 1."""
     from fedml_fes.report.metrics import RunRecorder
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
@@ -786,14 +787,14 @@ def test_fedfsl_draws_by_labels_held_with_sample_by_labels(tmp_path, tiny_model_
         tiny_model_dir,
         train_args={"method": "fedfsl", "client_num_per_round": 1},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
-        pseudo_args={"sample_by_labels": by_labels},
+        pseudo_args={"sample_by_labels": by_labels, "sample_weight": weight},
     )
     cfg = config_from_dict(raw)
     job = build_job(cfg, "both", make_run_dir(cfg))
     server = RoundServer(job, FedAvgCore(job), RunRecorder(make_run_dir(cfg), "test_acc"))
     gold = {c.client_id for c in job.data.clients if c.num_gold}
     others = [c.client_id for c in job.data.clients if not c.num_gold][:8]
-    server.pseudo_counts = {c: 1 for c in others}
+    server.pseudo_counts = {c: held_each for c in others}
     gold_share = np.mean([server.sample_clients(r)[0] in gold for r in range(200)])
     uniform = len(gold) / (len(gold) + len(others))
     if by_labels:

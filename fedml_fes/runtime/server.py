@@ -307,15 +307,21 @@ class RoundServer:
         labelers, about to hold pseudo labels; `busy`: in a pacing trial). Uniform, or under
         curriculum pacing with `pacing_args.train_sampling: labels`, in proportion to the
         labels each client holds (a labeler counts at least one); the same for any pseudo-labeling
-        method with `pseudo_args.sample_by_labels`."""
+        method with `pseudo_args.sample_by_labels`. A pseudo label counts
+        `pseudo_args.sample_weight` of a gold one, as in FedAvg's average."""
         eligible = sorted((set(self.eligible()) | set(also)) - busy)
         k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
         weights = None
         curriculum = self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels"
         if curriculum or (self.job.method.uses_pseudo and self.cfg.pseudo.sample_by_labels):
+            lam = self.cfg.pseudo.sample_weight
             held = np.array(
-                [max(1, self._gold_counts.get(c, 0) + self.pseudo_counts.get(c, 0)) for c in eligible], dtype=float
+                [
+                    max(min(1.0, lam), self._gold_counts.get(c, 0) + lam * self.pseudo_counts.get(c, 0))
+                    for c in eligible
+                ],
+                dtype=float,
             )
             weights = held / held.sum()
         return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False, p=weights))
