@@ -77,11 +77,12 @@ class PseudoConfig:
     # confident picks keep their labels but a class the model over-picks (TREC-6 seed 0: 63% NUM)
     # does not pull the prior toward it. Off: every pseudo label weighs 1 (the paper's)
     balance_classes: bool = False
-    # what one pseudo label weighs against one gold label, in the client's loss and in FedAvg's
-    # sample count (gold + weight x pseudo). 1: the paper's, where a round's pseudo-labeled
-    # clients outweigh the few gold clients and dilute their update: with AG News' 100 pseudo
-    # labels on each of four trainers, the gold client's 64 labels carry 14% of the average
-    # (Prompt-only: 100%). Below 1 the gold update keeps its share (FixMatch's lambda_u)
+    # what one pseudo label weighs against one gold label: in the client's loss, in FedAvg's
+    # sample count (gold + weight x pseudo) and in sample_by_labels' draw. 1: the paper's, where
+    # pseudo-labeled clients dilute the few gold clients' update or leave them out of a round
+    # (the paper's pools: four trainers with 100 pseudo labels each leave a gold client's 64
+    # labels 14% of the average; Prompt-only: 100%). Below 1 the gold update keeps its share
+    # (FixMatch's lambda_u)
     sample_weight: float = 1.0
     # the gold-only warm-up rounds (before start_round) may train harder than the pseudo-label
     # rounds: bias-only plans need many steps on the gold labels, but the same step size on a
