@@ -26,18 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict:
     import torch
 
-    from fedml_fes.models import build_causal_lm, load_tokenizer
     from fedml_fes.precision import autocast_for
-    from fedml_fes.prompt.classifier import PromptAdapter, one_hot, predict_proba, train_examples
-    from fedml_fes.prompt.model import PromptCausalLM, PromptEncoder
-    from fedml_fes.prompt.pvp import get_pvp, verbalizer_token_ids
+    from fedml_fes.prompt.classifier import one_hot, predict_proba, train_examples
 
     torch.set_num_threads(threads)
     texts, classes = bbc_texts()
-    tok = load_tokenizer(model_name)
-    pvp = get_pvp("bbc_news")
-    model = PromptCausalLM(build_causal_lm(model_name), verbalizer_token_ids(tok, pvp.verbalizer(0, True), classes))
-    adapter = PromptAdapter(PromptEncoder(tok, pvp.pattern(0, True), 64, causal=True))
+    model, adapter = prompt_model(model_name, classes)
     device = torch.device("cpu")
     cast = autocast_for(precision, device)
     gen = torch.Generator().manual_seed(0)
@@ -75,6 +69,19 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
         "train_step_s": round(statistics.median(step), 3),
         "infer_32_s": round(statistics.median(infer), 3),
     }
+
+
+def prompt_model(model_name: str, classes: tuple[str, ...]):
+    """The BBC News prompt model on a causal LM (pattern 0, 64 tokens) and its adapter."""
+    from fedml_fes.models import build_causal_lm, load_tokenizer
+    from fedml_fes.prompt.classifier import PromptAdapter
+    from fedml_fes.prompt.model import PromptCausalLM, PromptEncoder
+    from fedml_fes.prompt.pvp import get_pvp, verbalizer_token_ids
+
+    tok = load_tokenizer(model_name)
+    pvp = get_pvp("bbc_news")
+    model = PromptCausalLM(build_causal_lm(model_name), verbalizer_token_ids(tok, pvp.verbalizer(0, True), classes))
+    return model, PromptAdapter(PromptEncoder(tok, pvp.pattern(0, True), 64, causal=True))
 
 
 def bbc_texts() -> tuple[list[str], tuple[str, ...]]:

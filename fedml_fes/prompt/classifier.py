@@ -74,9 +74,11 @@ class StepInBackward:
     torch's AdamW updates one tensor at a time anyway, so the steps equal one grouped AdamW's
     bit for bit (tests/test_classifier.py)."""
 
-    def __init__(self, params: Sequence[nn.Parameter], lr: float, weight_decay: float):
+    def __init__(self, params: Sequence[nn.Parameter], lr: float, weight_decay: float, fused: bool = False):
         self._hooks = [
-            p.register_post_accumulate_grad_hook(_stepper(torch.optim.AdamW([p], lr=lr, weight_decay=weight_decay)))
+            p.register_post_accumulate_grad_hook(
+                _stepper(torch.optim.AdamW([p], lr=lr, weight_decay=weight_decay, fused=fused or None))
+            )
             for p in params
         ]
 
@@ -110,6 +112,7 @@ def train_examples(
     device: torch.device,
     autocast: Callable[[], ContextManager] = contextlib.nullcontext,
     weights: np.ndarray | None = None,
+    fused: bool = False,
 ) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard),
     each example's loss times its entry in `weights` (N; None: all 1).
@@ -117,7 +120,8 @@ def train_examples(
     `autocast` (precision.autocast_for) wraps each forward pass and loss; the backward pass
     and the optimizer step run outside it, on float32 weights.
 
-    AdamW steps inside the backward pass (`StepInBackward`).
+    AdamW steps inside the backward pass (`StepInBackward`), as torch's fused kernel with
+    `fused` (train_args.fused_optimizer).
     A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
     first, so no training step runs the bottom: same results, and the bottom need not be
     resident while training (cost.memory).
@@ -129,7 +133,7 @@ def train_examples(
             with autocast():
                 model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
     model.train()
-    steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay)
+    steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused)
     y = torch.as_tensor(targets, dtype=torch.float32)
     w = torch.ones(len(y)) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
     losses: list[float] = []
