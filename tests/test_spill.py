@@ -38,6 +38,26 @@ def test_a_parked_update_reads_back_the_same_tensors_in_the_same_order(tmp_path)
     assert not (tmp_path / "updates").exists()
 
 
+def test_structure_checks_of_a_parked_update_read_no_file(tmp_path):
+    """A parked update knows its tensors' shapes and dtypes: validate_update (finite=False, as
+    the server calls it) passes or rejects it with its file gone; a value check still reads it."""
+    from fedml_fes.errors import FesError
+    from fedml_fes.tuning.params import validate_update
+
+    spill = UpdateSpill(tmp_path / "updates", min_bytes=1)
+    u = _update(1, 0)
+    parked = spill.keep(u).params
+    wrong = OrderedDict((k, torch.zeros(3) if k == "a.bias" else v) for k, v in u.params.items())
+    for reference in (u.params, spill.keep(_update(2, 1)).params):  # in memory, or itself parked
+        parked.path.rename(parked.path.with_suffix(".away"))
+        validate_update(parked, reference, "client 1", finite=False)
+        with pytest.raises(FesError, match=r"tensor 'a.bias' is \(\(64,\), torch.float64\), expected \(\(3,\)"):
+            validate_update(parked, wrong, "client 1", finite=False)
+        with pytest.raises(FileNotFoundError):
+            validate_update(parked, reference, "client 1", finite=True)
+        parked.path.with_suffix(".away").rename(parked.path)
+
+
 def test_small_updates_stay_in_memory(tmp_path):
     u = _update(1, 0, big=2)
     assert UpdateSpill(tmp_path / "updates", min_bytes=2**20).keep(u) is u

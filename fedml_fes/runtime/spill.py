@@ -34,10 +34,13 @@ class DiskTensors(Mapping):
     """Named tensors in a safetensors file, in their original order; each lookup reads one
     tensor, so nothing stays mapped once the caller drops it."""
 
-    def __init__(self, path: Path, names: list[str], nbytes: int = 0):
+    def __init__(self, path: Path, names: list[str], nbytes: int = 0, specs: dict | None = None):
         self.path = Path(path)
         self._names = list(names)
         self.nbytes = nbytes  # the tensors' size, known when parked: payload_bytes reads no file
+        # name -> (shape, dtype), known when parked: the server's structure checks
+        # (tuning.params.validate_update) read no file either
+        self.specs = specs
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._names:
@@ -55,7 +58,8 @@ class DiskTensors(Mapping):
 def park(params: Mapping[str, torch.Tensor], path: Path) -> DiskTensors:
     """`params` written to `path` (safetensors), read back one tensor at a time."""
     save_file({k: v.detach().contiguous() for k, v in params.items()}, str(path))
-    return DiskTensors(path, list(params), payload_bytes(params))
+    specs = {k: (tuple(v.shape), v.dtype) for k, v in params.items()}
+    return DiskTensors(path, list(params), payload_bytes(params), specs)
 
 
 class GlobalSpill:
