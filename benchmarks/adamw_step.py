@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from threads_precision import ROOT, bbc_texts, prompt_model  # noqa: E402
+from threads_precision import ROOT, bbc_texts, prompt_model, train_step  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +36,7 @@ def main() -> int:
     import torch
 
     from fedml_fes.precision import autocast_for
-    from fedml_fes.prompt.classifier import one_hot, train_examples
+    from fedml_fes.prompt.classifier import one_hot
 
     torch.set_num_threads(1)
     texts, classes = bbc_texts()
@@ -48,21 +48,7 @@ def main() -> int:
     for r in range(o.steps + 1):  # step 0 warms up
         for fused, model in models.items():
             t = time.perf_counter()
-            train_examples(
-                model,
-                adapter,
-                texts[4 * r : 4 * r + 4],
-                None,
-                y,
-                epochs=1,
-                batch_size=4,
-                lr=5e-5,
-                weight_decay=0.0,
-                generator=torch.Generator().manual_seed(r),
-                device=torch.device("cpu"),
-                autocast=cast,
-                fused=fused,
-            )
+            train_step(model, adapter, texts[4 * r : 4 * r + 4], y, torch.Generator().manual_seed(r), cast, 5e-5, fused)
             if r:
                 times[fused].append(time.perf_counter() - t)
     apart = max((a - b).abs().max().item() for a, b in zip(models[False].parameters(), models[True].parameters()))

@@ -31,6 +31,17 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from link_shaper import LinkShaper  # noqa: E402
 
 
+def _round_walls(metrics: list[dict[str, str]], wall: float) -> dict:
+    """A scale point's rounds and wall times; the mean leaves out round 0 (joins, first loads)."""
+    walls = [float(r["round_wall_s"]) for r in metrics]
+    return {
+        "rounds": len(metrics),
+        "wall_s": round(wall, 1),
+        "round_wall_s": [round(w, 3) for w in walls],
+        "round_wall_mean_s": round(sum(walls[1:]) / max(len(walls) - 1, 1), 3),
+    }
+
+
 def tiny_bert(path: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
@@ -264,13 +275,9 @@ def run_mpirun(ranks: int, model: str, folder: Path, rounds: int, floor_mib: flo
         f"mpirun -np {ranks}",
         floor_mib,
     )
-    walls = [float(r["round_wall_s"]) for r in metrics]
     return {
         "mpirun_ranks": ranks,
-        "rounds": len(metrics),
-        "wall_s": round(wall, 1),
-        "round_wall_s": [round(w, 3) for w in walls],
-        "round_wall_mean_s": round(sum(walls[1:]) / max(len(walls) - 1, 1), 3),
+        **_round_walls(metrics, wall),
         "all_processes_pss_MiB": round(total_pss / 1024, 1),
         "per_process_pss_MiB": round(total_pss / 1024 / ranks, 1),
         "host_available_min_MiB": round(low),
@@ -308,7 +315,6 @@ def run_devices(devices: int, per_process: int, model: str, folder: Path, rounds
     wall, metrics, total_pss, low, peak_server = follow_fes(
         cmd, folder, "launcher.log", f"{devices} devices", floor_mib, server_role="--role server"
     )
-    walls = [float(r["round_wall_s"]) for r in metrics]
     from fedml_fes_plugins.cross_device.launch import transfer_stats
 
     stats = transfer_stats(run_dir, wall)
@@ -317,10 +323,7 @@ def run_devices(devices: int, per_process: int, model: str, folder: Path, rounds
         "devices": devices,
         "devices_per_process": per_process,
         "processes": processes,
-        "rounds": len(metrics),
-        "wall_s": round(wall, 1),
-        "round_wall_s": [round(w, 3) for w in walls],
-        "round_wall_mean_s": round(sum(walls[1:]) / max(len(walls) - 1, 1), 3),
+        **_round_walls(metrics, wall),
         "server_peak_rss_MiB": round(peak_server / 1024, 1),
         "all_processes_pss_MiB": round(total_pss / 1024, 1),
         "host_available_min_MiB": round(low),

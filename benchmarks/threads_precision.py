@@ -27,7 +27,7 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
     import torch
 
     from fedml_fes.precision import autocast_for
-    from fedml_fes.prompt.classifier import one_hot, predict_proba, train_examples
+    from fedml_fes.prompt.classifier import one_hot, predict_proba
 
     torch.set_num_threads(threads)
     texts, classes = bbc_texts()
@@ -39,20 +39,7 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
     step: list[float] = []
     for r in range(repeats + 1):
         t = time.perf_counter()
-        train_examples(
-            model,
-            adapter,
-            texts[4 * r : 4 * r + 4],
-            None,
-            y,
-            epochs=1,
-            batch_size=4,
-            lr=1e-5,
-            weight_decay=0.0,
-            generator=gen,
-            device=device,
-            autocast=cast,
-        )
+        train_step(model, adapter, texts[4 * r : 4 * r + 4], y, gen, cast, lr=1e-5)
         if r:
             step.append(time.perf_counter() - t)
     infer: list[float] = []
@@ -69,6 +56,29 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
         "train_step_s": round(statistics.median(step), 3),
         "infer_32_s": round(statistics.median(infer), 3),
     }
+
+
+def train_step(model, adapter, texts, y, generator, autocast, lr: float, fused: bool = False) -> None:
+    """One full-tuning training step on the CPU: a batch of 4 texts, the project's own loop."""
+    import torch
+
+    from fedml_fes.prompt.classifier import train_examples
+
+    train_examples(
+        model,
+        adapter,
+        texts,
+        None,
+        y,
+        epochs=1,
+        batch_size=4,
+        lr=lr,
+        weight_decay=0.0,
+        generator=generator,
+        device=torch.device("cpu"),
+        autocast=autocast,
+        fused=fused,
+    )
 
 
 def prompt_model(model_name: str, classes: tuple[str, ...]):
