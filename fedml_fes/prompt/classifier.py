@@ -72,7 +72,7 @@ class StepInBackward:
     tuning) never exist at once, and none is left on the model after training. A fresh
     optimizer per call, as FedAvg clients keep no optimizer state across rounds. On the CPU
     torch's AdamW updates one tensor at a time anyway, so the steps equal one grouped AdamW's
-    bit for bit (tests/test_classifier.py)."""
+    bit for bit (tests/test_step_in_backward.py)."""
 
     def __init__(self, params: Sequence[nn.Parameter], lr: float, weight_decay: float, fused: bool = False):
         self._hooks = [
