@@ -58,8 +58,8 @@ def measure(model_name: str, precision: str, threads: int, repeats: int) -> dict
     }
 
 
-def train_step(model, adapter, texts, y, generator, autocast, lr: float, fused: bool = False) -> None:
-    """One full-tuning training step on the CPU: a batch of 4 texts, the project's own loop."""
+def train_step(model, adapter, texts, y, generator, autocast, lr: float, fused: bool = False, device=None) -> None:
+    """One full-tuning training step (on the CPU unless `device`): a batch of 4 texts, the project's own loop."""
     import torch
 
     from fedml_fes.prompt.classifier import train_examples
@@ -75,7 +75,7 @@ def train_step(model, adapter, texts, y, generator, autocast, lr: float, fused: 
         lr=lr,
         weight_decay=0.0,
         generator=generator,
-        device=torch.device("cpu"),
+        device=device or torch.device("cpu"),
         autocast=autocast,
         fused=fused,
     )
