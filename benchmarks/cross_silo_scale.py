@@ -290,6 +290,8 @@ def run_devices(devices: int, per_process: int, model: str, folder: Path, rounds
     by each device process (one model per process), FedML's cross-device server, mosquitto and
     a moto S3 endpoint on loopback: the same job, one client per device, every device in every
     round. Messages: the MQTT publishes of the devices and the server (`cross_device` stats)."""
+    from fedml_fes_plugins.cross_silo.services import placeholder_services
+
     raw = scale_job(devices, model, folder, rounds)
     raw["data_args"]["client_num_in_total"] = devices
     raw["data_args"]["gold_labels"] = 2 * devices
@@ -299,13 +301,7 @@ def run_devices(devices: int, per_process: int, model: str, folder: Path, rounds
         "round_timeout_s": 600,
         "join_timeout_s": 900,
         "worker_timeout_s": 900,
-        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
-        "customized_training_s3_config": {
-            "CN_S3_ENDPOINT": "http://127.0.0.1:1",
-            "CN_S3_AKI": "k",
-            "CN_S3_SAK": "s",
-            "BUCKET_NAME": "fes",
-        },
+        **placeholder_services(),
     }
     cf = folder / "devices.yaml"
     cf.write_text(yaml.safe_dump(raw))

@@ -30,6 +30,8 @@ RUN_LIMIT_S = 300  # one run's deadline on a loaded 2-core machine; unloaded it 
 
 
 def _raw(tmp_path: Path, model_dir: str, **train) -> dict:
+    from fedml_fes_plugins.cross_silo.services import placeholder_services
+
     raw = small_config(tmp_path, model_dir, train_args={"method": "fes", "comm_round": 2, **train})
     raw["comm_args"] = {
         "backend": "MQTT_S3_MNN",
@@ -37,14 +39,7 @@ def _raw(tmp_path: Path, model_dir: str, **train) -> dict:
         "round_timeout_s": 120,
         "join_timeout_s": 200,
         "worker_timeout_s": 200,
-        # replaced by --local-services; required keys so the settings load
-        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
-        "customized_training_s3_config": {
-            "CN_S3_ENDPOINT": "http://127.0.0.1:1",
-            "CN_S3_AKI": "k",
-            "CN_S3_SAK": "s",
-            "BUCKET_NAME": "fes",
-        },
+        **placeholder_services(),
     }
     return raw
 

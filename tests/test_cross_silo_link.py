@@ -48,6 +48,17 @@ def _job(tmp_path: Path, model_dir: str, backend: str, **sections) -> dict:
     return raw
 
 
+def _cut_job(tmp_path: Path, model_dir: str, backend: str, rounds: int, round_timeout_s: float) -> dict:
+    """The link-cut tests' job: bias-only FedCLS, every one of the 4 clients in every round."""
+    return _job(
+        tmp_path,
+        model_dir,
+        backend,
+        train_args={"comm_round": rounds, "client_num_per_round": 4},
+        comm_args={"round_timeout_s": round_timeout_s},
+    )
+
+
 class LinkedRun:
     """A server and SILOS silos, each silo behind its own shaped link; one config file per
     process (the same job, only its peers' addresses differ)."""
@@ -122,6 +133,11 @@ class LinkedRun:
         self.start("server", 0, run_dir)
         for r in self.links:
             self.start(f"silo{r}", r, run_dir / "silos" / str(r))
+
+    def start_past_round_0(self, run_dir: Path) -> None:
+        """Start every node and return once the server has written round 0's row."""
+        self.start_all(run_dir)
+        self.wait_until(lambda: (run_dir / "metrics.csv").exists(), RUN_LIMIT_S, "round 0 never finished")
 
     def log(self, name: str) -> str:
         path = self.logs / f"{name}.log"
@@ -228,18 +244,11 @@ def test_link_cut_mid_update_is_resent_or_dropped_never_averaged_twice(tmp_path,
     run is the uninterrupted run, every planned update accepted. Second cut: the link also
     goes down past round_timeout_s; the server aggregates the others, drops silo 2 for that
     round (nothing of its update averaged), and silo 2 joins again by itself later."""
-    raw = _job(
-        tmp_path,
-        tiny_model_dir,
-        "GRPC",
-        train_args={"comm_round": 12, "client_num_per_round": 4},
-        comm_args={"round_timeout_s": 5},
-    )
+    raw = _cut_job(tmp_path, tiny_model_dir, "GRPC", rounds=12, round_timeout_s=5)
     run_dir = tmp_path / "run"
     with LinkedRun(tmp_path, raw, EDGE) as run:
         link = run.links[2]
-        run.start_all(run_dir)
-        run.wait_until(lambda: (run_dir / "metrics.csv").exists(), RUN_LIMIT_S, "round 0 never finished")
+        run.start_past_round_0(run_dir)
         link.cut_next("up", 8_000)  # joins and pings carry less (TLS handshake included)
         run.wait_until(lambda: "sent on try 2" in run.log("silo2"), 60, "silo 2 never resent a cut answer")
         link.cut_next("up", 8_000)
@@ -395,18 +404,11 @@ def test_link_cut_mid_update_over_mqtt_s3_is_retried_or_dropped_never_averaged_t
     upload of its next update (7.6 KB; the broker connection carries less in a whole run). The update then arrives once (boto3 retries
     the upload, paho reconnects), or the server drops silo 2 for that round; either way no
     update is averaged twice and the run completes."""
-    raw = _job(
-        tmp_path,
-        tiny_model_dir,
-        "MQTT_S3",
-        train_args={"comm_round": 5, "client_num_per_round": 4},
-        comm_args={"round_timeout_s": 10},
-    )
+    raw = _cut_job(tmp_path, tiny_model_dir, "MQTT_S3", rounds=5, round_timeout_s=10)
     run_dir = tmp_path / "run"
     with LinkedRun(tmp_path, raw, EDGE) as run:
         link = run.links[2]
-        run.start_all(run_dir)
-        run.wait_until(lambda: (run_dir / "metrics.csv").exists(), RUN_LIMIT_S, "round 0 never finished")
+        run.start_past_round_0(run_dir)
         cut_after = len(_rows(run_dir))
         link.cut_next("up", 5_000)  # an update's S3 upload carries 7.6 KB, the broker connection < 5 KB a run
         run.wait_until(lambda: link.cuts >= 1, 120, "nothing on silo 2's uplink carried 5 KB")

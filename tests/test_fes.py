@@ -802,3 +802,41 @@ def test_fedfsl_draws_by_labels_held_with_sample_by_labels(tmp_path, tiny_model_
         assert gold_share == pytest.approx(held / (held + len(others)), abs=0.08) and gold_share > uniform + 0.3
     else:
         assert gold_share == pytest.approx(uniform, abs=0.1)
+
+
+@pytest.mark.parametrize("per_round", [3, 1])
+def test_gold_every_round_puts_every_gold_holder_among_the_trainers(tmp_path, tiny_model_dir, per_round):
+    """pseudo_args.gold_every_round: each round's trainers hold every gold-label client (as many
+    as fit), the other places drawn among the pseudo-label holders; off, rounds leave gold out."""
+    from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+
+    def draws(on: bool) -> tuple[list[list[int]], set[int], list[int]]:
+        raw = small_config(
+            tmp_path / str(on),
+            tiny_model_dir,
+            train_args={"method": "fedfsl", "client_num_per_round": per_round},
+            data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
+            pseudo_args={"gold_every_round": on},
+        )
+        cfg = config_from_dict(raw)
+        job = build_job(cfg, "both", make_run_dir(cfg))
+        server = RoundServer(job, FedAvgCore(job), RunRecorder(make_run_dir(cfg), "test_acc"))
+        gold = {c.client_id for c in job.data.clients if c.num_gold}
+        others = [c.client_id for c in job.data.clients if not c.num_gold][:8]
+        server.pseudo_counts = {c: 5 for c in others}
+        return [server.sample_clients(r) for r in range(60)], gold, others
+
+    rounds, gold, others = draws(True)
+    assert 1 <= len(gold) < 3, gold  # the fixture's skew: one or two gold clients
+    for trainers in rounds:
+        assert len(trainers) == per_round and len(set(trainers)) == per_round
+        if per_round >= len(gold):
+            assert gold <= set(trainers) and set(trainers) - gold <= set(others)
+        else:
+            assert set(trainers) <= gold
+    if per_round > len(gold):
+        assert len({t for r in rounds for t in r} - gold) > per_round  # the other places vary by round
+    off, _, _ = draws(False)
+    assert any(not gold <= set(t) for t in off)

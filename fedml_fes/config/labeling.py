@@ -84,6 +84,10 @@ class PseudoConfig:
     # labels 14% of the average; Prompt-only: 100%). Below 1 the gold update keeps its share
     # (FixMatch's lambda_u)
     sample_weight: float = 1.0
+    # every gold-label holder trains in every round from start_round on, the round's other places
+    # drawn as configured among the rest: as many gold-label steps as Prompt-only takes, with pseudo
+    # labels added beside them (FixMatch's labeled batch in every step). Off: the paper's draw
+    gold_every_round: bool = False
     # the gold-only warm-up rounds (before start_round) may train harder than the pseudo-label
     # rounds: bias-only plans need many steps on the gold labels, but the same step size on a
     # client's handful of one-sided pseudo labels drags the shared biases to its class

@@ -308,10 +308,16 @@ class RoundServer:
         curriculum pacing with `pacing_args.train_sampling: labels`, in proportion to the
         labels each client holds (a labeler counts at least one); the same for any pseudo-labeling
         method with `pseudo_args.sample_by_labels`. A pseudo label counts
-        `pseudo_args.sample_weight` of a gold one, as in FedAvg's average."""
+        `pseudo_args.sample_weight` of a gold one, as in FedAvg's average. With
+        `pseudo_args.gold_every_round` the gold-label holders take their places first."""
         eligible = sorted((set(self.eligible()) | set(also)) - busy)
         k = min(self.cfg.train.client_num_per_round, len(eligible))
         rng = np.random.default_rng([self.cfg.common.random_seed, round_idx, 1])
+        fixed: list[int] = []
+        if self.job.method.uses_pseudo and self.cfg.pseudo.gold_every_round:
+            gold = [c for c in eligible if self._gold_counts.get(c, 0)]
+            fixed = gold if len(gold) <= k else sorted(int(c) for c in rng.choice(gold, size=k, replace=False))
+            eligible, k = [c for c in eligible if c not in fixed], k - len(fixed)
         weights = None
         curriculum = self.pacing_mode in ("adaptive", "static") and self.cfg.pacing.train_sampling == "labels"
         if curriculum or (self.job.method.uses_pseudo and self.cfg.pseudo.sample_by_labels):
@@ -323,8 +329,8 @@ class RoundServer:
                 ],
                 dtype=float,
             )
-            weights = held / held.sum()
-        return sorted(int(c) for c in rng.choice(eligible, size=k, replace=False, p=weights))
+            weights = held / held.sum() if len(held) else None
+        return sorted(fixed + [int(c) for c in rng.choice(eligible, size=k, replace=False, p=weights)])
 
     def labeling_due(self, round_idx: int) -> bool:
         """A global labeling event: every f rounds of the current configuration (or

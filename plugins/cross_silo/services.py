@@ -185,6 +185,20 @@ class LocalJob:
     devices_per_process: int = 1
 
 
+def placeholder_services() -> dict[str, dict[str, Any]]:
+    """Broker and bucket settings for an MQTT_S3 config launched with `--local-services`: the config
+    must name both to load, and the launcher replaces them with the services it starts."""
+    return {
+        "customized_training_mqtt_config": {"BROKER_HOST": "127.0.0.1", "BROKER_PORT": 1},
+        "customized_training_s3_config": {
+            "CN_S3_ENDPOINT": "http://127.0.0.1:1",
+            "CN_S3_AKI": "k",
+            "CN_S3_SAK": "s",
+            "BUCKET_NAME": "fes",
+        },
+    }
+
+
 class LocalRun:
     """The processes a launcher starts on this machine for one run (`cross-silo-local`,
     `cross-device-local`): the services it started (broker, bucket), then the children, which
