@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -34,7 +35,8 @@ from threads_precision import ROOT, bbc_texts, prompt_model, train_step  # noqa:
 
 
 def measure(model_name: str, spec: str, steps: int, infer_texts: int) -> dict:
-    """Train-step and inference timings of the prompt model on device `spec` (cpu, cpu:N, cuda)."""
+    """Train-step and inference timings of the prompt model on device `spec` (cpu: every core,
+    cpu:N: N threads, cuda)."""
     import torch
 
     from fedml_fes.precision import autocast_for, describe_device, resolve_precision
@@ -43,7 +45,7 @@ def measure(model_name: str, spec: str, steps: int, infer_texts: int) -> dict:
     kind, _, threads = spec.partition(":")
     device = torch.device("cuda" if kind == "cuda" else "cpu")
     if kind == "cpu":
-        torch.set_num_threads(int(threads) if threads else ROOT_THREADS)
+        torch.set_num_threads(int(threads) if threads else os.cpu_count() or 1)
     texts, classes = bbc_texts()
     model, adapter = prompt_model(model_name, classes)
     model.to(device)
@@ -84,9 +86,6 @@ def measure(model_name: str, spec: str, steps: int, infer_texts: int) -> dict:
     return out
 
 
-ROOT_THREADS = 0  # set in main: the machine's thread count for a bare `cpu`
-
-
 def project(run_time_md: Path, base: dict, fast: dict) -> dict:
     """The matrix's measured split with training and labeling sped up as `fast` is over `base`."""
     train_x = base["train_step_s"] / fast["train_step_s"]
@@ -116,7 +115,6 @@ def project(run_time_md: Path, base: dict, fast: dict) -> dict:
 
 
 def main() -> int:
-    global ROOT_THREADS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="offline:smollm2-135m")
     p.add_argument("--devices", nargs="+", default=["cpu:1", "cpu"])
@@ -131,11 +129,11 @@ def main() -> int:
     p.add_argument("--run-time", type=Path, help="benchmarks/results/run_time.md, to project the matrix's run time")
     p.add_argument("--out", default=str(ROOT / "benchmarks/results/device_speed.json"))
     o = p.parse_args()
-    import os
-
     import torch
 
-    ROOT_THREADS = os.cpu_count() or 1
+    if any(d.startswith("cuda") for d in o.devices) and not torch.cuda.is_available():
+        print("device_speed: --devices names cuda, but torch sees no CUDA device here", file=sys.stderr)
+        return 1
     counts = o.infer_texts * len(o.devices) if len(o.infer_texts) == 1 else o.infer_texts
     results = []
     for spec, n in zip(o.devices, counts):
