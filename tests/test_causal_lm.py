@@ -2,6 +2,7 @@
 bias-free layers, the decoder activation cache, bfloat16 autocast, and the packaged model."""
 
 import contextlib
+import csv
 
 import pytest
 import torch
@@ -148,6 +149,55 @@ def test_bfloat16_autocast_is_close_to_float32(tok, lm):
     assert resolve_precision("auto", cpu) in ("float32", "bfloat16")
 
 
+def _train_full(tok, lm, precision: str, checkpointing: bool = False, dense_rows: bool = False):
+    """Every weight of the tied tiny Llama trained for two steps by the project's loop."""
+    from fedml_fes.prompt.classifier import one_hot, train_examples
+
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports", "business"]))
+    if dense_rows:  # the plain index: a dense vocabulary-sized gradient for the verbalizer rows
+        model._verbalizer_rows = lambda weight: weight[model.verbalizer_ids]
+    adapter = PromptAdapter(PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True))
+    cpu = torch.device("cpu")
+    train_examples(
+        model, adapter, TEXTS * 2, None, one_hot([0, 1, 2] * 2, 3), epochs=1, batch_size=3, lr=1e-2,
+        weight_decay=0.01, generator=torch.Generator().manual_seed(0), device=cpu,
+        autocast=autocast_for(precision, cpu), checkpointing=checkpointing,
+    )  # fmt: skip
+    return model
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_memory_cuts_leave_the_trained_weights_bit_for_bit(tiny_llama_dir, tok, precision):
+    """The tied head's sparse verbalizer-row gradient (PromptCausalLM._verbalizer_rows) and
+    gradient checkpointing (train_args.gradient_checkpointing) change what is held during the
+    backward pass, not the weights: both equal plain training bit for bit, and checkpointing
+    is off again afterwards."""
+    load = lambda: AutoModelForCausalLM.from_pretrained(tiny_llama_dir)  # noqa: E731
+    plain = _train_full(tok, load(), precision, dense_rows=True)
+    lm = load()
+    assert lm.get_output_embeddings().weight is lm.get_input_embeddings().weight  # tied: the sparse path
+    sparse = _train_full(tok, lm, precision)
+    checkpointed = _train_full(tok, load(), precision, checkpointing=True)
+    assert not checkpointed.lm.is_activation_checkpointing
+    reference = dict(plain.named_parameters())
+    assert not torch.equal(reference["lm.model.layers.0.mlp.up_proj.weight"], load().model.layers[0].mlp.up_proj.weight)
+    for other in (sparse, checkpointed):
+        for name, p in other.named_parameters():
+            assert torch.equal(p, reference[name]), name
+
+
+def test_gradient_checkpointing_on_a_model_without_it_is_one_line():
+    """Refused when the job's model is built (runtime.job.build_job), before any round."""
+    from fedml_fes.prompt.classifier import checkpointable, gradient_checkpointing
+
+    for call in (
+        lambda: checkpointable(torch.nn.Linear(2, 2)),
+        lambda: gradient_checkpointing(torch.nn.Linear(2, 2), True),
+    ):
+        with pytest.raises(FesError, match="^train_args.gradient_checkpointing: Linear does not support"):
+            call()
+
+
 def test_head_classifier_on_a_causal_lm_reads_the_last_real_token(tiny_llama_dir, tok):
     model = build_classifier(tiny_llama_dir, 3, seed=0).eval()
     assert model.config.pad_token_id == tok.pad_token_id
@@ -182,6 +232,32 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     summary = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / method)), progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
     assert "bfloat16" in summary["device"]
+
+
+@pytest.mark.slow
+def test_a_run_with_gradient_checkpointing_gives_the_same_rows(tmp_path, tiny_llama_dir):
+    """train_args.gradient_checkpointing through a whole FeS run (a frozen, cached bottom
+    under a bias-only top; full tuning is checked bit for bit above): the same losses and
+    accuracies as without it."""
+    method = "fes"
+    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    rows = {}
+    for on in (False, True):
+        raw = small_config(
+            tmp_path,
+            tiny_llama_dir,
+            train_args={"method": method, "comm_round": 2, "client_num_per_round": 2, "gradient_checkpointing": on},
+            prompt_args={"pattern_id": 0},
+            pseudo_args={"start_round": 1, "per_pass": 8},
+            pacing_args={"mode": "static"},
+        )
+        cfg = config_from_dict(raw)
+        run_dir = make_run_dir(cfg, str(tmp_path / f"{method}-{on}"))
+        assert run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)["status"] == "completed"
+        rows[on] = [(r["train_loss"], r["test_acc"]) for r in csv.DictReader((run_dir / "metrics.csv").open())]
+    assert rows[True] == rows[False]
 
 
 # ---- GGUF files and the packaged model ---------------------------------------------------------

@@ -87,6 +87,10 @@ class TrainConfig:
     # computed differently: weights 1e-4 apart after 7 steps at lr 5e-5, not bit for bit, so
     # off by default and runs made before it reproduce exactly
     fused_optimizer: bool = False
+    # HF gradient checkpointing while a client trains: each layer's activations are recomputed
+    # in the backward pass instead of held (SmolLM2, batch 4 x 64 tokens: 0.4 GB less at the
+    # peak, steps about a fifth slower; the same weights bit for bit). docs/BENCHMARK.md
+    gradient_checkpointing: bool = False
 
 
 def validate_train(t: TrainConfig, client_num_in_total: int, given: "set[str] | frozenset[str] | None" = None) -> None:

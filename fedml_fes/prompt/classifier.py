@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from ..errors import FesError
 from .model import PromptEncoder
 
 
@@ -66,21 +67,42 @@ class PromptAdapter:
         return model(**batch)
 
 
+STEP_CHUNK_ELEMENTS = 1 << 20  # a larger tensor steps in row blocks of about this many weights
+
+
 class StepInBackward:
     """AdamW, stepped per parameter as soon as the backward pass has accumulated its gradient,
     which is freed right after: the whole model's gradients (0.54 GB for SmolLM2 under full
     tuning) never exist at once, and none is left on the model after training. A fresh
     optimizer per call, as FedAvg clients keep no optimizer state across rounds. On the CPU
     torch's AdamW updates one tensor at a time anyway, so the steps equal one grouped AdamW's
-    bit for bit (tests/test_step_in_backward.py)."""
+    bit for bit (tests/test_step_in_backward.py).
 
-    def __init__(self, params: Sequence[nn.Parameter], lr: float, weight_decay: float, fused: bool = False):
-        self._hooks = [
-            p.register_post_accumulate_grad_hook(
-                _stepper(torch.optim.AdamW([p], lr=lr, weight_decay=weight_decay, fused=fused or None))
-            )
-            for p in params
-        ]
+    A tensor of more than `chunk_elements` weights (SmolLM2's 28M-weight embedding) steps in
+    blocks of rows, each block a view of it with its own AdamW: AdamW is elementwise, so the
+    weights are the same bit for bit, while its temporaries (the denominator: two tensors of
+    the parameter's size, 226 MB for that embedding) shrink to a block's."""
+
+    def __init__(
+        self,
+        params: Sequence[nn.Parameter],
+        lr: float,
+        weight_decay: float,
+        fused: bool = False,
+        chunk_elements: int = STEP_CHUNK_ELEMENTS,
+    ):
+        def adamw(ps: list[torch.Tensor]) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(ps, lr=lr, weight_decay=weight_decay, fused=fused or None)
+
+        self._hooks = []
+        for p in params:
+            row = p[0].numel() if p.dim() else 0
+            if p.numel() <= chunk_elements or not row or not p.is_contiguous():
+                self._hooks.append(p.register_post_accumulate_grad_hook(_stepper(adamw([p]))))
+                continue
+            rows = max(1, chunk_elements // row)
+            blocks = [nn.Parameter(p.detach()[a : a + rows]) for a in range(0, len(p), rows)]  # views
+            self._hooks.append(p.register_post_accumulate_grad_hook(_block_stepper(adamw(blocks), blocks, rows)))
 
     def close(self) -> None:
         """Detach the hooks, and with them the optimizers and their state (two moments per parameter)."""
@@ -93,6 +115,17 @@ def _stepper(opt: torch.optim.Optimizer) -> Callable[[torch.Tensor], None]:
     def step(_p: torch.Tensor) -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _block_stepper(opt: torch.optim.Optimizer, blocks: list[nn.Parameter], rows: int) -> Callable[[torch.Tensor], None]:
+    def step(p: torch.Tensor) -> None:
+        for i, block in enumerate(blocks):
+            block.grad = p.grad[i * rows : (i + 1) * rows]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        p.grad = None
 
     return step
 
@@ -113,6 +146,7 @@ def train_examples(
     autocast: Callable[[], ContextManager] = contextlib.nullcontext,
     weights: np.ndarray | None = None,
     fused: bool = False,
+    checkpointing: bool = False,
 ) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard),
     each example's loss times its entry in `weights` (N; None: all 1).
@@ -121,7 +155,8 @@ def train_examples(
     and the optimizer step run outside it, on float32 weights.
 
     AdamW steps inside the backward pass (`StepInBackward`), as torch's fused kernel with
-    `fused` (train_args.fused_optimizer).
+    `fused` (train_args.fused_optimizer). `checkpointing` (train_args.gradient_checkpointing):
+    the backbone keeps only each layer's input and recomputes the rest in the backward pass.
     A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
     first, so no training step runs the bottom: same results, and the bottom need not be
     resident while training (cost.memory).
@@ -133,6 +168,8 @@ def train_examples(
             with autocast():
                 model.fill_cache(batch["input_ids"].to(device), batch["attention_mask"].to(device))
     model.train()
+    if checkpointing:
+        gradient_checkpointing(model, True)
     steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused)
     y = torch.as_tensor(targets, dtype=torch.float32)
     w = torch.ones(len(y)) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
@@ -149,10 +186,34 @@ def train_examples(
             loss.backward()  # steps every parameter as its gradient is complete
             losses.append(float(loss.detach()))
     steps.close()
+    if checkpointing:
+        gradient_checkpointing(model, False)
     return {
         "train_loss": float(np.mean(losses)) if losses else float("nan"),
         "train_examples": float(len(texts_a) * epochs),
     }
+
+
+def checkpointable(model: nn.Module) -> nn.Module:
+    """The model's HF backbone, which train_args.gradient_checkpointing switches; one line if it has none."""
+    lm = getattr(model, "backbone", model)
+    if not getattr(lm, "supports_gradient_checkpointing", False):
+        raise FesError(
+            f"train_args.gradient_checkpointing: {type(lm).__name__} does not support gradient checkpointing"
+        )
+    return lm
+
+
+def gradient_checkpointing(model: nn.Module, on: bool) -> None:
+    """Turn HF activation checkpointing of the model's backbone on or off. Recomputing a layer
+    repeats its forward ops exactly, so the weights come out the same bit for bit
+    (tests/test_causal_lm.py); it trades about a fifth more step time for the saved
+    activations (SmolLM2, 64 tokens, batch 4: 0.4 GB, docs/BENCHMARK.md)."""
+    lm = checkpointable(model)
+    if on:
+        lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.activation_checkpointing_disable()
 
 
 @torch.no_grad()

@@ -166,6 +166,17 @@ class PromptMLM(nn.Module):
         self.class_bias = nn.Parameter(torch.zeros(len(verbalizer_ids)))
         self.split = None  # a tuning.split.FrozenBottom when the bottom layers are frozen
 
+    def _verbalizer_rows(self, weight: torch.Tensor) -> torch.Tensor:
+        """weight[verbalizer_ids]. When `weight` is the trainable input embedding too (a tied
+        head, SmolLM2's and RoBERTa's), these rows' gradient is a sparse tensor that autograd
+        adds to the embedding's dense gradient when that arrives, at the end of the backward
+        pass, instead of a dense vocabulary-sized tensor held all through it (113 MB for
+        SmolLM2): the same sums, so the same weights bit for bit (tests/test_prompt.py)."""
+        embedding = self.backbone.get_input_embeddings()
+        if self.split is None and weight.requires_grad and embedding is not None and weight is embedding.weight:
+            return nn.functional.embedding(self.verbalizer_ids, weight, sparse=True)
+        return weight[self.verbalizer_ids]
+
     def freeze_vocab_bias(self) -> None:
         """Call after choosing the trainable set: the vocabulary bias never trains."""
         decoder = self._parts[1] if self._parts is not None else self.mlm.get_output_embeddings()
@@ -195,7 +206,7 @@ class PromptMLM(nn.Module):
             return mlm_head(self.mlm)(at_mask)[:, self.verbalizer_ids] + self.class_bias
         transform, decoder = self._parts
         h = transform(at_mask)
-        logits = h @ decoder.weight[self.verbalizer_ids].T
+        logits = h @ self._verbalizer_rows(decoder.weight).T
         if decoder.bias is not None:
             logits = logits + decoder.bias[self.verbalizer_ids]
         return logits + self.class_bias
@@ -236,7 +247,7 @@ class PromptCausalLM(PromptMLM):
             ).last_hidden_state
         last = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
         out = self.lm.get_output_embeddings()
-        logits = last @ out.weight[self.verbalizer_ids].T
+        logits = last @ self._verbalizer_rows(out.weight).T
         if getattr(out, "bias", None) is not None:
             logits = logits + out.bias[self.verbalizer_ids]
         if self._softcap:

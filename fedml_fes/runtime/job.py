@@ -58,6 +58,10 @@ def build_job(cfg: FesConfig, role: str, run_dir: str | Path) -> Job:
     tokenizer = load_tokenizer(cfg.model.model)
     device = select_device(cfg)
     model = method.build_model(cfg, data.classes, tokenizer).to(device)
+    if cfg.train.gradient_checkpointing:
+        from ..prompt.classifier import checkpointable
+
+        checkpointable(model)  # refused now, not after the initial evaluation
     return Job(
         cfg,
         data,

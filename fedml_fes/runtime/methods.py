@@ -283,6 +283,7 @@ class FewShot:
             autocast=autocast_for(cfg.common.precision, device),
             weights=weights,
             fused=t.fused_optimizer,
+            checkpointing=t.gradient_checkpointing,
         )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(n_gold + lam * n_pseudo), metrics  # FedAvg's sample count
