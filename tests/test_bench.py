@@ -290,6 +290,27 @@ def test_resume_check_ignores_keys_added_since_a_run_at_their_default(tmp_path):
     assert _config_changes(tmp_path, changed) == ["train_args.comm_round", "mlm_args.mask_probability"]
 
 
+def test_keys_that_never_change_results_keep_finished_and_checkpointed_runs(tmp_path):
+    """train_args.gradient_checkpointing changes what a step holds, not the weights: a finished
+    run is not redone, a stopped one resumes, and the fidelity report still sees one config."""
+    import yaml
+
+    from fedml_fes.config import FesConfig
+    from fedml_fes.runtime.checkpoint import config_differences, result_config
+    from fedml_fes_plugins.bench.fidelity_checks import shared_config_check
+    from fedml_fes_plugins.bench.runner import _config_changes
+
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(FesConfig().to_dict()))
+    on = FesConfig()
+    on.train_args.gradient_checkpointing = True
+    assert _config_changes(tmp_path, on) == []
+    assert config_differences(result_config(FesConfig()), result_config(on)) == []
+    rows = [{"_config": FesConfig().to_dict()}, {"_config": on.to_dict()}]
+    assert shared_config_check(rows) == []
+    on.train_args.fused_optimizer = True  # the same update computed differently: a result key
+    assert _config_changes(tmp_path, on) == ["train_args.fused_optimizer"]
+
+
 def test_resume_check_ignores_sections_the_method_never_reads(tmp_path):
     """A full-tuning method never reads tuning_args: changing the bias-only lr keeps its
     finished runs; FeS (layer plan) and FedFSL-BIAS (biases only) read it."""

@@ -57,12 +57,20 @@ CLIENTS_DIR = "clients"
 TRACKED_FILES = ("metrics.csv", "events.log", "client_costs.csv")
 VERSION = 1
 
-# keys that change where a run writes or how its processes talk, never its results
+# keys that change where a run writes, how its processes talk, or what a step holds in memory,
+# never its results (gradient checkpointing: the same weights bit for bit, tests/test_causal_lm.py)
 NON_RESULT_KEYS: dict[str, set[str] | None] = {
     "common_args": {"run_name", "output_dir", "cache_dir", "training_type"},
     "comm_args": None,  # None: the whole section
     "tracking_args": None,
+    "train_args": {"gradient_checkpointing"},
 }
+
+
+def is_result_key(section: str, key: str) -> bool:
+    """Whether `section.key` can change a run's results (NON_RESULT_KEYS says which cannot)."""
+    skip = NON_RESULT_KEYS.get(section, set())
+    return skip is not None and key not in skip
 
 
 def result_config(cfg: FesConfig) -> dict[str, dict[str, Any]]:
@@ -70,10 +78,8 @@ def result_config(cfg: FesConfig) -> dict[str, dict[str, Any]]:
     sections = resolve_paths(cfg.to_dict(), Path.cwd())
     out = {}
     for name, values in sections.items():
-        skip = NON_RESULT_KEYS.get(name, set())
-        if skip is None:
-            continue
-        out[name] = {k: v for k, v in values.items() if k not in skip}
+        if NON_RESULT_KEYS.get(name, set()) is not None:
+            out[name] = {k: v for k, v in values.items() if is_result_key(name, k)}
     return out
 
 

@@ -210,7 +210,9 @@ def checks(rows: list[dict[str, Any]]) -> list[Check]:
 
 
 def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
-    """Config keys that differ between runs beyond the per-run and per-dataset ones (empty: one shared config)."""
+    """Config keys that differ between runs beyond the per-run and per-dataset ones and those
+    that never change results (empty: one shared config)."""
+    from fedml_fes.runtime.checkpoint import is_result_key
     from fedml_fes.runtime.methods import inert_keys, is_inert
 
     def inert(cfg: dict) -> frozenset[str]:
@@ -222,7 +224,7 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
             for s, vals in cfg.items()
             if s != "cost_args"
             for k, v in vals.items()
-            if f"{s}.{k}" not in VARYING_KEYS
+            if f"{s}.{k}" not in VARYING_KEYS and is_result_key(s, k)
         }
 
     configs = [(flat(r["_config"]), inert(r["_config"])) for r in rows]

@@ -58,8 +58,8 @@ def _status(run_dir: Path) -> str:
 
 
 def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
-    """Config keys whose value differs from the finished run's (report-only sections, and
-    sections the method never reads, ignored).
+    """Config keys whose value differs from the finished run's (report-only sections, keys
+    that never change results, and sections the method never reads, ignored).
     A key the finished run's config.yaml lacks was added to the project since: unchanged
     while this config leaves it at its default."""
     from fedml_fes.config import read_run_sections, resolve_paths
@@ -70,6 +70,7 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
     saved = resolve_paths(read_run_sections(run_dir), here)
     now = resolve_paths(json.loads(json.dumps(cfg.to_dict())), here)
     defaults = resolve_paths(json.loads(json.dumps(FesConfig().to_dict())), here)
+    from fedml_fes.runtime.checkpoint import is_result_key
     from fedml_fes.runtime.methods import inert_keys, is_inert
 
     inert = inert_keys(cfg.train.method, cfg.model.tuning)
@@ -81,7 +82,9 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
         diff += [
             f"{sec}.{k}"
             for k, v in values.items()
-            if not is_inert(f"{sec}.{k}", inert) and json.loads(json.dumps(old.get(k, defaults[sec][k]))) != v
+            if is_result_key(sec, k)
+            and not is_inert(f"{sec}.{k}", inert)
+            and json.loads(json.dumps(old.get(k, defaults[sec][k]))) != v
         ]
     return diff
 
