@@ -42,10 +42,15 @@ def resolve_precision(setting: str, device: torch.device) -> str:
 
 
 def autocast_for(setting: str, device: torch.device) -> Callable[[], ContextManager]:
-    """A factory of the context to run forward passes in (a no-op for float32)."""
+    """A factory of the context to run forward passes in (a no-op for float32).
+
+    Without autocast's weight cache: a forward pass casts each weight once either way, and the
+    cache would keep every bfloat16 copy until the pass's context closes, where gradient
+    checkpointing (train_args.gradient_checkpointing) holds one layer's at a time (SmolLM2: 0.27
+    GB less at a training step's peak); the casts, so the numbers, are the same."""
     if resolve_precision(setting, device) == "float32":
         return contextlib.nullcontext
-    return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
+    return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def describe_device(device: torch.device, setting: str) -> str:

@@ -3,6 +3,7 @@ bias-free layers, the decoder activation cache, bfloat16 autocast, and the packa
 
 import contextlib
 import csv
+import functools
 
 import pytest
 import torch
@@ -150,7 +151,9 @@ def test_bfloat16_autocast_is_close_to_float32(tok, lm):
 
 
 def _train_full(tok, lm, precision: str, checkpointing: bool = False, dense_rows: bool = False):
-    """Every weight of the tied tiny Llama trained for two steps by the project's loop."""
+    """Every weight of the tied tiny Llama trained for two steps by the project's loop;
+    `dense_rows`: as before the memory cuts (a dense gradient for the verbalizer rows, autocast
+    with its weight cache)."""
     from fedml_fes.prompt.classifier import one_hot, train_examples
 
     model = PromptCausalLM(lm, _ids(tok, ["world", "sports", "business"]))
@@ -161,17 +164,19 @@ def _train_full(tok, lm, precision: str, checkpointing: bool = False, dense_rows
     train_examples(
         model, adapter, TEXTS * 2, None, one_hot([0, 1, 2] * 2, 3), epochs=1, batch_size=3, lr=1e-2,
         weight_decay=0.01, generator=torch.Generator().manual_seed(0), device=cpu,
-        autocast=autocast_for(precision, cpu), checkpointing=checkpointing,
+        autocast=autocast_for(precision, cpu) if not (dense_rows and precision == "bfloat16")
+        else functools.partial(torch.autocast, device_type="cpu", dtype=torch.bfloat16, cache_enabled=True),
+        checkpointing=checkpointing,
     )  # fmt: skip
     return model
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_memory_cuts_leave_the_trained_weights_bit_for_bit(tiny_llama_dir, tok, precision):
-    """The tied head's sparse verbalizer-row gradient (PromptCausalLM._verbalizer_rows) and
-    gradient checkpointing (train_args.gradient_checkpointing) change what is held during the
-    backward pass, not the weights: both equal plain training bit for bit, and checkpointing
-    is off again afterwards."""
+    """The tied head's sparse verbalizer-row gradient (PromptCausalLM._verbalizer_rows),
+    autocast without its weight cache (precision.autocast_for) and gradient checkpointing
+    (train_args.gradient_checkpointing) change what is held during the backward pass, not the
+    weights: each equals plain training bit for bit, and checkpointing is off again afterwards."""
     load = lambda: AutoModelForCausalLM.from_pretrained(tiny_llama_dir)  # noqa: E731
     plain = _train_full(tok, load(), precision, dense_rows=True)
     lm = load()
