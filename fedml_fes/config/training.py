@@ -89,7 +89,7 @@ class TrainConfig:
     fused_optimizer: bool = False
     # HF gradient checkpointing while a client trains: each layer's activations are recomputed
     # in the backward pass instead of held (SmolLM2, batch 4 x 64 tokens: 0.4 GB less at the
-    # peak, steps about a fifth slower; the same weights bit for bit). docs/BENCHMARK.md
+    # peak, client training 13-21% slower; the same weights bit for bit). docs/BENCHMARK.md
     gradient_checkpointing: bool = False
 
 

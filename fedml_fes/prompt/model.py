@@ -171,7 +171,7 @@ class PromptMLM(nn.Module):
         head, SmolLM2's and RoBERTa's), these rows' gradient is a sparse tensor that autograd
         adds to the embedding's dense gradient when that arrives, at the end of the backward
         pass, instead of a dense vocabulary-sized tensor held all through it (113 MB for
-        SmolLM2): the same sums, so the same weights bit for bit (tests/test_prompt.py)."""
+        SmolLM2): the same sums, so the same weights bit for bit (tests/test_causal_lm.py)."""
         embedding = self.backbone.get_input_embeddings()
         if self.split is None and weight.requires_grad and embedding is not None and weight is embedding.weight:
             return nn.functional.embedding(self.verbalizer_ids, weight, sparse=True)
