@@ -5,10 +5,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
+from fedml_fes.prompt.pvp import get_pvp
 from fedml_fes.pseudo.labeler import CONTENT_FREE, class_quotas, correct_bias, select_pseudo
 from fedml_fes.pseudo.store import ClientStore, PseudoLabels
 from fedml_fes.runtime.job import make_run_dir
@@ -128,14 +130,78 @@ def test_aligned_labeler_makes_the_pools_mean_prediction_uniform_in_ranking():
     assert probs.argmax(1).tolist() == [0, 0, 0, 0] and out.argmax(1).tolist() == [0, 0, 1, 1]
 
 
+def test_ensemble_labeler_averages_every_built_in_pattern_with_its_own_words(tmp_path, tiny_model_dir):
+    """PET's ensemble: a pass's probabilities are the mean of the model's answers under each
+    of the dataset's patterns, each read at its own verbalizer words; the model reads its own
+    pattern's words again afterwards."""
+    from fedml_fes.prompt.classifier import predict_proba
+    from fedml_fes.pseudo.store import PseudoLabels
+    from fedml_fes.runtime.job import build_job
+
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl"},
+        pseudo_args={"labeler": "ensemble", "per_pass": 5, "soft_labels": True},
+    )
+    cfg = config_from_dict(raw)
+    job = build_job(cfg, "both", make_run_dir(cfg))
+    method, model = job.method, job.model
+    patterns = get_pvp("bbc_news").patterns
+    assert len(method.views) == len(patterns) >= 2
+    own = model.verbalizer_ids.clone()
+    client = next(c for c in job.data.clients if len(c.unlabeled))
+    labels, inferred = method.label(model, client, cfg, job.device, PseudoLabels([], [], []), tmp_path, {})
+    assert inferred == len(client.unlabeled) * len(patterns)  # one inference per pattern, counted
+    assert torch.equal(model.verbalizer_ids, own)
+
+    def one(view):
+        adapter, ids = view
+        with model.reading(ids):
+            return predict_proba(model, adapter, client.unlabeled.texts, None, batch_size=8, device=job.device)
+
+    mean = np.mean([one(v) for v in method.views], axis=0)
+    first = labels.example_ids[0]
+    row = list(client.unlabeled.example_ids).index(first)
+    assert np.allclose(labels.probs[0], mean[row], atol=1e-5)
+    assert labels.labels[0] == int(mean[row].argmax()) and float(mean[row].max()) == pytest.approx(
+        mean.max(1).max(), abs=1e-6
+    )
+    assert not np.allclose(one(method.views[0]), one(method.views[1]))  # the views differ
+
+
+def test_ensemble_labeler_refuses_what_it_cannot_average(tmp_path, tiny_model_dir):
+    from fedml_fes.runtime.job import build_job
+
+    def job(**sections):
+        cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, **sections))
+        return build_job(cfg, "both", make_run_dir(cfg))
+
+    with pytest.raises(FesError, match="prompt_args.pattern sets your own"):
+        job(
+            train_args={"method": "fedfsl"},
+            pseudo_args={"labeler": "ensemble"},
+            prompt_args={
+                "pattern": "{text_a} It is about {mask}.",
+                "verbalizer": {c: c.title() for c in ("business", "entertainment", "politics", "sports", "tech")},
+            },
+        )
+    with pytest.raises(FesError, match="pseudo_only labels with a head classifier"):
+        job(train_args={"method": "pseudo_only"}, pseudo_args={"labeler": "ensemble"})
+    reading = job(train_args={"method": "fedfsl"}).model.reading
+    with pytest.raises(ValueError, match="verbalizer ids for 5 classes"):
+        with reading([1, 2]):
+            pass
+
+
 def test_labeler_options_are_checked_in_one_line():
-    with pytest.raises(FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned"):
+    with pytest.raises(FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned, ensemble"):
         config_from_dict({"pseudo_args": {"labeler": "knn"}})
     with pytest.raises(FesError, match=r"pseudo_args.per_pass_fraction must be in \[0, 1\]"):
         config_from_dict({"pseudo_args": {"per_pass_fraction": 1.5}})
 
 
-@pytest.mark.parametrize("labeler", ["contextual", "aligned"])
+@pytest.mark.parametrize("labeler", ["contextual", "aligned", "ensemble"])
 def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_inference(
     tmp_path, tiny_model_dir, labeler
 ):
@@ -153,12 +219,15 @@ def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_infe
     data = build_federated_data(config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text())))[0]
     pools = {c.client_id: len(c.unlabeled) for c in data.clients}
     extra = len(CONTENT_FREE) if labeler == "contextual" else 0
+    views = len(get_pvp("bbc_news").patterns) if labeler == "ensemble" else 1  # one inference per pattern
     passes = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r["label_clients"]]
     assert passes
     for r in passes:
         ids = [int(c) for c in r["label_clients"].split()]
         assert int(r["pseudo_labeled"]) == sum(max(1, -(-pools[c] // 4)) for c in ids)
-        assert int(r["inferred"]) == sum(pools[c] + extra for c in ids)
+        assert int(r["inferred"]) == sum(pools[c] * views + extra for c in ids)
+    costs = [r for r in csv.DictReader((run_dir / "client_costs.csv").open()) if r["phase"] == "label"]
+    assert sum(int(r["examples"]) for r in costs) == sum(int(r["inferred"]) for r in passes)  # and in the cost rows
     stored = [json.loads(p.read_text()) for p in (run_dir / "clients").glob("*/pseudo_labels.json")]
     assert stored and all(np.allclose(np.sum(s["probs"], axis=1), 1.0, atol=1e-4) for s in stored)
 

@@ -58,7 +58,8 @@ class PseudoConfig:
     # how a pass turns the model's probabilities into labels before selection (pseudo/labeler.py):
     # paper: as predicted (the paper's FedFSL / FeS); contextual: divided by the model's own
     # answer to content-free inputs (Zhao et al. 2021), removing its label bias; aligned: the
-    # pool's mean prediction scaled to uniform (ReMixMatch's distribution alignment)
+    # pool's mean prediction scaled to uniform (ReMixMatch's distribution alignment); ensemble:
+    # the mean over every built-in pattern of the dataset (PET's ensemble; one inference each)
     labeler: str = "paper"
     # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
     # labeled). The label comes from the clean text: consistency under a strong augmentation

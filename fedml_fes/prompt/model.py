@@ -15,7 +15,8 @@ member, not to max_len. Texts are truncated, never the pattern.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import contextlib
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -176,6 +177,19 @@ class PromptMLM(nn.Module):
         if self.split is None and weight.requires_grad and embedding is not None and weight is embedding.weight:
             return nn.functional.embedding(self.verbalizer_ids, weight, sparse=True)
         return weight[self.verbalizer_ids]
+
+    @contextlib.contextmanager
+    def reading(self, verbalizer_ids: list[int]) -> Iterator[None]:
+        """Class logits from these verbalizer words for the duration (a second pattern's own
+        words in PET's labeling ensemble); the trained class bias applies as it is."""
+        if len(verbalizer_ids) != len(self.verbalizer_ids):
+            raise ValueError(f"{len(verbalizer_ids)} verbalizer ids for {len(self.verbalizer_ids)} classes")
+        kept = self.verbalizer_ids
+        self.verbalizer_ids = torch.tensor(verbalizer_ids, dtype=torch.long, device=kept.device)
+        try:
+            yield
+        finally:
+            self.verbalizer_ids = kept
 
     def freeze_vocab_bias(self) -> None:
         """Call after choosing the trainable set: the vocabulary bias never trains."""

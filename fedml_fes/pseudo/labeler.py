@@ -11,22 +11,26 @@ answers repeats that preference. `contextual` divides each prediction by the mod
 content-free inputs (Zhao et al., "Calibrate Before Use", ICML 2021): a bias of the model, not
 of the client's data, so it holds on a skewed pool. `aligned` divides by the pool's own mean
 prediction (ReMixMatch's distribution alignment to a uniform prior): it also removes the
-client's true skew, which a non-IID pool has.
+client's true skew, which a non-IID pool has. `ensemble` corrects nothing here: the pass
+averages the model's predictions under every built-in pattern of the dataset (PET's ensemble,
+Schick & Schuetze 2021; `runtime/methods.py`), so one cue phrase's preference for some words
+weighs as one view among several.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LABELERS = ("paper", "contextual", "aligned")
+LABELERS = ("paper", "contextual", "aligned", "ensemble")
 # Zhao et al.'s content-free inputs: the pattern filled with no content
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
 
 def correct_bias(probs: np.ndarray, labeler: str, reference: np.ndarray | None = None) -> np.ndarray:
     """`probs` (N x C) with the label bias divided out, renormalised; `reference` is the model's
-    mean distribution on CONTENT_FREE inputs (labeler `contextual`). `paper`: unchanged."""
-    if labeler == "paper" or len(probs) == 0:
+    mean distribution on CONTENT_FREE inputs (labeler `contextual`). `paper` and `ensemble`
+    (its views are averaged before this): unchanged."""
+    if labeler in ("paper", "ensemble") or len(probs) == 0:
         return probs
     if labeler == "contextual":
         if reference is None:

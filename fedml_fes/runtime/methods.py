@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -175,6 +175,32 @@ def build_prompt_model(
     return (PromptCausalLM(lm, ids) if causal else PromptMLM(lm, ids)), adapter
 
 
+def ensemble_views(
+    cfg: FesConfig, classes: tuple[str, ...], tokenizer: PreTrainedTokenizerBase
+) -> list[tuple[PromptAdapter, list[int]]]:
+    """PET's labeling ensemble: every built-in pattern of the run's kind (causal or masked) for
+    its dataset, each with its own verbalizer ids. One error line when there is nothing to
+    average: your own pattern (prompt_args.pattern), or a dataset with one pattern."""
+    if cfg.prompt.pattern:
+        raise FesError(
+            "pseudo_args.labeler ensemble averages the dataset's built-in patterns; prompt_args.pattern "
+            "sets your own: use another labeler, or the built-in pattern set (prompt_args.pvp)"
+        )
+    causal = is_causal_lm(cfg.model.model)
+    pvp: PVP = get_pvp(cfg.prompt.pvp or cfg.data.dataset)
+    count = len(pvp.causal_patterns if causal else pvp.patterns)
+    if count < 2:
+        name = cfg.prompt.pvp or cfg.data.dataset
+        raise FesError(f"pseudo_args.labeler ensemble needs two or more patterns; '{name}' has {count}")
+    return [
+        (
+            PromptAdapter(PromptEncoder(tokenizer, pvp.pattern(i, causal), cfg.model.max_seq_length, causal=causal)),
+            verbalizer_token_ids(tokenizer, pvp.verbalizer(i, causal), classes),
+        )
+        for i in range(count)
+    ]
+
+
 @dataclass
 class FewShot:
     """Head or prompt model, with or without pseudo labels, full / bias-only / planned tuning.
@@ -192,6 +218,8 @@ class FewShot:
     pacing: str = "count"  # count (pseudo_args.per_pass) | static | adaptive | config
     primary_metric: str = "test_acc"
     train_kind: str = "train"
+    # (adapter, verbalizer ids) per pattern when pseudo_args.labeler is ensemble (build_model)
+    views: list[tuple[PromptAdapter, list[int]]] = field(default_factory=list, repr=False)
 
     def filter_method(self, cfg: FesConfig) -> str:
         return cfg.filter.method if self.filtering == "config" else self.filtering
@@ -214,6 +242,14 @@ class FewShot:
                 else skeleton(cfg.model.model, masked_lm=False, num_labels=len(classes))
             )
         self.num_classes = len(classes)
+        self.views = []
+        if self.uses_pseudo and cfg.pseudo.labeler == "ensemble":
+            if not self.prompt:
+                raise FesError(
+                    f"pseudo_args.labeler ensemble averages prompt patterns; {self.name} labels with a "
+                    f"head classifier: use another labeler"
+                )
+            self.views = ensemble_views(cfg, classes, tokenizer)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
         apply_tuning(model, mode, plan)
@@ -328,16 +364,23 @@ class FewShot:
         infer = functools.partial(
             predict_proba,
             model,
-            self.adapter,
             batch_size=cfg.train.eval_batch_size,
             device=device,
             autocast=autocast_for(cfg.common.precision, device),
         )
-        probs = infer([pool.texts[i] for i in candidates], [texts_b[i] for i in candidates] if texts_b else None)
-        inferred = len(candidates)
+        chosen_a = [pool.texts[i] for i in candidates]
+        chosen_b = [texts_b[i] for i in candidates] if texts_b else None
+        if self.views:  # PET's ensemble: the mean over the patterns, one inference each
+            probs = np.mean([self._infer_view(model, view, infer, chosen_a, chosen_b) for view in self.views], axis=0)
+            inferred = len(candidates) * len(self.views)
+        else:
+            probs = infer(self.adapter, chosen_a, chosen_b)
+            inferred = len(candidates)
         reference = None
         if p.labeler == "contextual":  # the model's answer to no content: its label bias
-            reference = infer(list(CONTENT_FREE), [""] * len(CONTENT_FREE) if texts_b else None).mean(axis=0)
+            reference = infer(self.adapter, list(CONTENT_FREE), [""] * len(CONTENT_FREE) if texts_b else None).mean(
+                axis=0
+            )
             inferred += len(CONTENT_FREE)
         probs = correct_bias(probs, p.labeler, reference)
         keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
@@ -348,6 +391,12 @@ class FewShot:
             passes=previous.passes + 1,
         )
         return labels, inferred
+
+    @staticmethod
+    def _infer_view(model, view, infer, texts_a, texts_b) -> np.ndarray:
+        adapter, ids = view
+        with model.reading(ids):
+            return infer(adapter, texts_a, texts_b)
 
     def evaluate(self, model, tokenizer, test, cfg, device):
         probs = predict_proba(
