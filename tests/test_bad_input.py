@@ -269,6 +269,27 @@ def test_bad_input_is_one_line_exit_1_and_writes_nothing(tmp_path, tiny_model_di
     assert not (work / "runs").exists()
 
 
+def test_a_bad_config_is_refused_before_torch_is_imported(tmp_path):
+    """A config error costs the user a fraction of a second: the command line, its parser (every
+    subcommand's options, the fidelity suite's too) and the config checks import no torch and no
+    transformers (the 60 cases above each paid a 3-7 s torch import when the parser did)."""
+    bad = tmp_path / "c.yaml"
+    bad.write_text("train_args:\n  epochs: 0\n")
+    probe = (
+        "import sys\n"
+        "from fedml_fes_plugins.cli.main import main\n"
+        "try:\n"
+        f"    code = main(['run', '--cf', {str(bad)!r}])\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "print('exit', code)\n"
+        "print('heavy', sorted(m for m in ('torch', 'transformers', 'fedml') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "train_args.epochs must be >= 1" in out.stderr, out.stderr
+    assert out.stdout.split("\n")[:2] == ["exit 1", "heavy []"], out.stdout
+
+
 def test_at_least_30_cases():
     assert len(CASES) >= 30
 

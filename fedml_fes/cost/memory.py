@@ -35,10 +35,6 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 ADAM_STATE_TENSORS = 2  # exp_avg, exp_avg_sq per trainable parameter (torch.optim.AdamW)
-# Memory traffic of one training step per trainable byte, outside the matmuls: writing the
-# gradient (1), AdamW reading parameter, gradient, exp_avg, exp_avg_sq (4) and writing
-# parameter, exp_avg, exp_avg_sq (3). Memory-bound, so costed by bandwidth, not FLOPs.
-UPDATE_PASSES = 8
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int]:

@@ -35,7 +35,8 @@ from .flops import (
     lora_forward_flops,
     lowest_layer_unused,
 )
-from .memory import ADAM_STATE_TENSORS, UPDATE_PASSES, ParameterReads, SavedTensorMeter, parameter_bytes
+from .memory import ADAM_STATE_TENSORS, ParameterReads, SavedTensorMeter, parameter_bytes
+from .profiles import UPDATE_PASSES
 
 
 def find_encoder(model: nn.Module) -> nn.Module | None:

@@ -25,7 +25,7 @@ A profile is a YAML file (run_configs/devices/<name>.yaml, or any path):
     sources: {field: "where the number comes from"}
 
 Emulated compute time of a task = FLOPs / flops_per_s + encoder calls x call_overhead_s
-+ update bytes / memory_bandwidth_Bps (see `memory.UPDATE_PASSES`).
++ update bytes / memory_bandwidth_Bps (see `UPDATE_PASSES`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ import yaml
 
 from ..errors import FesError
 from .flops import EncoderShape, encoder_parameters, training_batch_flops
-from .memory import UPDATE_PASSES
+
+# Memory traffic of one training step per trainable byte, outside the matmuls: writing the
+# gradient (1), AdamW reading parameter, gradient, exp_avg, exp_avg_sq (4) and writing
+# parameter, exp_avg, exp_avg_sq (3). Memory-bound, so costed by bandwidth, not FLOPs.
+# (here, not in memory.py, so that the time model and the reports import without torch)
+UPDATE_PASSES = 8
 
 DEVICE_DIR = Path("run_configs") / "devices"
 REPO_DEVICE_DIR = Path(__file__).resolve().parents[2] / DEVICE_DIR
