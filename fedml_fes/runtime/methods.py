@@ -165,9 +165,7 @@ def build_prompt_model(
 ) -> tuple[PromptMLM, PromptAdapter]:
     """The prompt model on the configured backbone (masked or causal LM) and its input adapter."""
     causal = is_causal_lm(cfg.model.model)
-    pattern, verbalizer = pvp_for(cfg, causal)
-    ids = verbalizer_token_ids(tokenizer, verbalizer, classes)
-    adapter = PromptAdapter(PromptEncoder(tokenizer, pattern, cfg.model.max_seq_length, causal=causal))
+    adapter, ids = prompt_view(cfg, tokenizer, classes, *pvp_for(cfg, causal), causal)
     if not weights:
         lm = skeleton(cfg.model.model, masked_lm=True)
     else:
@@ -187,18 +185,28 @@ def ensemble_views(
             "sets your own: use another labeler, or the built-in pattern set (prompt_args.pvp)"
         )
     causal = is_causal_lm(cfg.model.model)
-    pvp: PVP = get_pvp(cfg.prompt.pvp or cfg.data.dataset)
+    name = cfg.prompt.pvp or cfg.data.dataset
+    pvp: PVP = get_pvp(name)
     count = len(pvp.causal_patterns if causal else pvp.patterns)
     if count < 2:
-        name = cfg.prompt.pvp or cfg.data.dataset
         raise FesError(f"pseudo_args.labeler ensemble needs two or more patterns; '{name}' has {count}")
     return [
-        (
-            PromptAdapter(PromptEncoder(tokenizer, pvp.pattern(i, causal), cfg.model.max_seq_length, causal=causal)),
-            verbalizer_token_ids(tokenizer, pvp.verbalizer(i, causal), classes),
-        )
+        prompt_view(cfg, tokenizer, classes, pvp.pattern(i, causal), pvp.verbalizer(i, causal), causal)
         for i in range(count)
     ]
+
+
+def prompt_view(
+    cfg: FesConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    classes: tuple[str, ...],
+    pattern: str,
+    verbalizer: dict,
+    causal: bool,
+) -> tuple[PromptAdapter, list[int]]:
+    """One pattern's input adapter and its verbalizer words' token ids."""
+    encoder = PromptEncoder(tokenizer, pattern, cfg.model.max_seq_length, causal=causal)
+    return PromptAdapter(encoder), verbalizer_token_ids(tokenizer, verbalizer, classes)
 
 
 @dataclass
