@@ -11,7 +11,7 @@ import yaml
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.prompt.pvp import get_pvp
-from fedml_fes.pseudo.labeler import CONTENT_FREE, class_quotas, correct_bias, select_pseudo
+from fedml_fes.pseudo.labeler import CONTENT_FREE, class_quotas, correct_bias, flexible_thresholds, select_pseudo
 from fedml_fes.pseudo.store import ClientStore, PseudoLabels
 from fedml_fes.runtime.job import make_run_dir
 
@@ -130,6 +130,25 @@ def test_aligned_labeler_makes_the_pools_mean_prediction_uniform_in_ranking():
     assert probs.argmax(1).tolist() == [0, 0, 0, 0] and out.argmax(1).tolist() == [0, 0, 1, 1]
 
 
+def test_flexmatch_lowers_the_bar_for_classes_the_model_has_not_learned():
+    """FlexMatch's class thresholds: a class the model answers with confidence on most of the
+    pool keeps tau (0.95), classes it never answers with confidence get 0, and the budget goes to
+    the predictions furthest above their class's threshold, so the unlearned classes get labels."""
+    probs = np.array([[0.99, 0.01, 0.0]] * 6 + [[0.2, 0.7, 0.1], [0.3, 0.6, 0.1], [0.9, 0.05, 0.05]])
+    thresholds = flexible_thresholds(probs)
+    assert np.allclose(thresholds, [0.95, 0.0, 0.0])  # 6 of 9 confident class-0 answers: beta 1
+    assert select_pseudo(probs, 3).tolist() == [0, 1, 2]  # the paper's: the three most confident
+    assert select_pseudo(probs, 3, class_thresholds=thresholds).tolist() == [6, 7, 0]
+    # a class-0 answer below class 0's threshold is never kept, budget or not
+    assert 8 not in select_pseudo(probs, 9, class_thresholds=thresholds).tolist()
+    assert len(select_pseudo(probs, 9, class_thresholds=thresholds)) == 8
+    # warm-up: while most of the pool is unconfident, every threshold stays low (1 of 10 above tau)
+    early = np.array([[0.97, 0.03]] + [[0.6, 0.4]] * 9)
+    beta = 1 / 9
+    assert np.allclose(flexible_thresholds(early), [0.95 * beta / (2 - beta), 0.0])
+    assert correct_bias(probs, "flexmatch") is probs  # it changes the selection, not the probabilities
+
+
 def test_ensemble_labeler_averages_every_built_in_pattern_with_its_own_words(tmp_path, tiny_model_dir):
     """PET's ensemble: a pass's probabilities are the mean of the model's answers under each
     of the dataset's patterns, each read at its own verbalizer words; the model reads its own
@@ -195,18 +214,32 @@ def test_ensemble_labeler_refuses_what_it_cannot_average(tmp_path, tiny_model_di
 
 
 def test_labeler_options_are_checked_in_one_line():
-    with pytest.raises(FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned, ensemble"):
+    with pytest.raises(
+        FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned, ensemble, flexmatch"
+    ):
         config_from_dict({"pseudo_args": {"labeler": "knn"}})
     with pytest.raises(FesError, match=r"pseudo_args.per_pass_fraction must be in \[0, 1\]"):
         config_from_dict({"pseudo_args": {"per_pass_fraction": 1.5}})
 
 
-@pytest.mark.parametrize("labeler", ["contextual", "aligned", "ensemble"])
+@pytest.mark.parametrize("labeler", ["contextual", "aligned", "ensemble", "flexmatch"])
 def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_inference(
-    tmp_path, tiny_model_dir, labeler
+    tmp_path, tiny_model_dir, monkeypatch, labeler
 ):
     """per_pass_fraction: each labeling client keeps that share of its pool (at least one); the
-    contextual labeler's content-free inputs are inferred on the client too, so they are counted."""
+    contextual labeler's content-free inputs are inferred on the client too, so they are counted.
+    flexmatch: the pass sees every fourth text as a less confident class 1 (0.6) and the rest as
+    class 0 at 0.99, so the budget (a quarter) goes to class 1, which the paper's ranking leaves out."""
+    if labeler == "flexmatch":
+        from fedml_fes.runtime import methods
+
+        def skewed(probs, *_):
+            out = np.zeros_like(probs)
+            out[:, 0], out[::4, 0], out[::4, 1] = 0.99, 0.4, 0.6
+            out[:, 2] = 1.0 - out[:, 0] - out[:, 1]
+            return out
+
+        monkeypatch.setattr(methods, "correct_bias", skewed)
     summary, run_dir = _run(
         tmp_path,
         tiny_model_dir,
@@ -230,6 +263,8 @@ def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_infe
     assert sum(int(r["examples"]) for r in costs) == sum(int(r["inferred"]) for r in passes)  # and in the cost rows
     stored = [json.loads(p.read_text()) for p in (run_dir / "clients").glob("*/pseudo_labels.json")]
     assert stored and all(np.allclose(np.sum(s["probs"], axis=1), 1.0, atol=1e-4) for s in stored)
+    if labeler == "flexmatch":
+        assert all(set(s["labels"]) == {1} for s in stored)  # the paper's ranking: all class 0
 
 
 def test_word_dropout_is_seeded_keeps_a_word_and_is_off_at_zero():

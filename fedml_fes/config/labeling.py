@@ -59,7 +59,9 @@ class PseudoConfig:
     # paper: as predicted (the paper's FedFSL / FeS); contextual: divided by the model's own
     # answer to content-free inputs (Zhao et al. 2021), removing its label bias; aligned: the
     # pool's mean prediction scaled to uniform (ReMixMatch's distribution alignment); ensemble:
-    # the mean over every built-in pattern of the dataset (PET's ensemble; one inference each)
+    # the mean over every built-in pattern of the dataset (PET's ensemble; one inference each);
+    # flexmatch: as predicted, but the budget goes to the predictions furthest above their class's
+    # FlexMatch threshold (Zhang et al. 2021): classes with few confident answers get labels too
     labeler: str = "paper"
     # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
     # labeled). The label comes from the clean text: consistency under a strong augmentation

@@ -14,14 +14,17 @@ prediction (ReMixMatch's distribution alignment to a uniform prior): it also rem
 client's true skew, which a non-IID pool has. `ensemble` corrects nothing here: the pass
 averages the model's predictions under every built-in pattern of the dataset (PET's ensemble,
 Schick & Schuetze 2021; `runtime/methods.py`), so one cue phrase's preference for some words
-weighs as one view among several.
+weighs as one view among several. `flexmatch` corrects nothing either: it changes which
+predictions are kept (FlexMatch's per-class thresholds, `flexible_thresholds`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LABELERS = ("paper", "contextual", "aligned", "ensemble")
+LABELERS = ("paper", "contextual", "aligned", "ensemble", "flexmatch")
+# FlexMatch's (Zhang et al., NeurIPS 2021) fixed threshold tau, which its class thresholds scale
+FLEX_TAU = 0.95
 # Zhao et al.'s content-free inputs: the pattern filled with no content
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
@@ -29,8 +32,8 @@ CONTENT_FREE = ("N/A", "", "[MASK]")
 def correct_bias(probs: np.ndarray, labeler: str, reference: np.ndarray | None = None) -> np.ndarray:
     """`probs` (N x C) with the label bias divided out, renormalised; `reference` is the model's
     mean distribution on CONTENT_FREE inputs (labeler `contextual`). `paper` and `ensemble`
-    (its views are averaged before this): unchanged."""
-    if labeler in ("paper", "ensemble") or len(probs) == 0:
+    (its views are averaged before this) and `flexmatch` (it changes the selection): unchanged."""
+    if labeler in ("paper", "ensemble", "flexmatch") or len(probs) == 0:
         return probs
     if labeler == "contextual":
         if reference is None:
@@ -54,14 +57,43 @@ def class_quotas(target: int, shares: np.ndarray) -> np.ndarray:
     return quotas
 
 
+def flexible_thresholds(probs: np.ndarray, tau: float = FLEX_TAU) -> np.ndarray:
+    """FlexMatch's class thresholds (C,) from one pool's predictions (N x C).
+
+    A class's learning effect is how many texts of the pool the model predicts as it with
+    confidence above `tau`; normalised by the best-learned class's count (or, early on, by the
+    texts no class yet claims: FlexMatch's warm-up) and mapped through x / (2 - x), it scales
+    `tau` down for the classes the model has not learned, so that they get pseudo labels too
+    instead of the few classes it already answers with confidence."""
+    n, num_classes = probs.shape
+    conf, pred = probs.max(axis=1), probs.argmax(axis=1)
+    sigma = np.bincount(pred[conf > tau], minlength=num_classes).astype(np.float64)
+    beta = sigma / max(sigma.max(), n - sigma.sum(), 1.0)
+    return tau * beta / (2.0 - beta)
+
+
 def select_pseudo(
-    probs: np.ndarray, target: int, threshold: float = 0.0, balance: str = "none", gold_labels: list[int] | None = None
+    probs: np.ndarray,
+    target: int,
+    threshold: float = 0.0,
+    balance: str = "none",
+    gold_labels: list[int] | None = None,
+    class_thresholds: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Indices (into the pool) of predictions to keep, most confident first."""
+    """Indices (into the pool) of predictions to keep, most confident first.
+
+    With `class_thresholds` (labeler `flexmatch`) a prediction must reach its class's threshold,
+    and the budget goes to the predictions furthest above theirs: FlexMatch keeps every
+    prediction above its class's threshold, FedFSL's budget keeps `target` of them."""
     n, num_classes = probs.shape
     conf, pred = probs.max(axis=1), probs.argmax(axis=1)
     ok = conf >= threshold
-    order = np.argsort(-conf, kind="stable")
+    if class_thresholds is None:
+        order = np.argsort(-conf, kind="stable")
+    else:
+        margin = conf - class_thresholds[pred]
+        ok &= margin >= 0
+        order = np.argsort(-margin, kind="stable")
     order = order[ok[order]]
     target = min(target, len(order))
     if balance == "none" or target == 0:
@@ -72,4 +104,6 @@ def select_pseudo(
         shares = np.bincount(pred[order], minlength=num_classes).astype(float)
     quotas = class_quotas(target, shares)
     kept = [i for c in range(num_classes) for i in order[pred[order] == c][: quotas[c]]]
-    return np.asarray(sorted(kept, key=lambda i: -conf[i]), dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return np.asarray(sorted(kept, key=lambda i: rank[i]), dtype=np.int64)

@@ -53,7 +53,7 @@ from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.augment import drop_words
 from ..pseudo.filtering import ProxyEmbedder, cached_order
-from ..pseudo.labeler import CONTENT_FREE, correct_bias, select_pseudo
+from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import KINDS as ADAPTER_KINDS
@@ -391,7 +391,10 @@ class FewShot:
             )
             inferred += len(CONTENT_FREE)
         probs = correct_bias(probs, p.labeler, reference)
-        keep = select_pseudo(probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels))
+        thresholds = flexible_thresholds(probs) if p.labeler == "flexmatch" else None
+        keep = select_pseudo(
+            probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels), thresholds
+        )
         labels = PseudoLabels(
             example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
             labels=[int(probs[i].argmax()) for i in keep],
