@@ -47,7 +47,7 @@ def tiny_bert(path: Path) -> str:
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from fedml_fes.config import OFFLINE_MINILM
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)

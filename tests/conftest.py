@@ -36,7 +36,7 @@ def save_tiny_bert(path: Path, hidden: int) -> str:
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     from fedml_fes.config import OFFLINE_MINILM
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)
@@ -60,7 +60,7 @@ def save_tiny_llama(path: Path, layers: int = 3, hidden: int = 32) -> str:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from fedml_fes.config import OFFLINE_MINILM
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(OFFLINE_MINILM))
     torch.manual_seed(0)

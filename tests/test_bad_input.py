@@ -269,24 +269,34 @@ def test_bad_input_is_one_line_exit_1_and_writes_nothing(tmp_path, tiny_model_di
     assert not (work / "runs").exists()
 
 
-def test_a_bad_config_is_refused_before_torch_is_imported(tmp_path):
-    """A config error costs the user a fraction of a second: the command line, its parser (every
-    subcommand's options, the fidelity suite's too) and the config checks import no torch and no
-    transformers (the 60 cases above each paid a 3-7 s torch import when the parser did)."""
-    bad = tmp_path / "c.yaml"
-    bad.write_text("train_args:\n  epochs: 0\n")
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (text("train_args:\n  epochs: 0\n"), "train_args.epochs must be >= 1"),
+        (csv_with_unterminated_quote, "data.csv line 3: unterminated quote"),
+        (keys(model_args={"model": "./no/such/model"}), "model path not found"),
+        (keys(model_args={"max_seq_length": 100000}), "model_args.max_seq_length is 100000, more than the 128"),
+    ],
+    ids=["config", "data", "model path", "max_seq_length"],
+)
+def test_bad_input_is_refused_before_torch_is_imported(tmp_path, tiny_model_dir, make, fragment):
+    """A config, data or model-path error costs the user a fraction of a second: the command line,
+    its parser (every subcommand's options, the fidelity suite's too), the config checks, the
+    model's files and the data are read without torch or transformers (importing them took 3-10 s
+    of every such case when the parser or the preview imported the runtime)."""
+    args = make(tmp_path, tiny_model_dir)
     probe = (
         "import sys\n"
         "from fedml_fes_plugins.cli.main import main\n"
         "try:\n"
-        f"    code = main(['run', '--cf', {str(bad)!r}])\n"
+        f"    code = main(['run', *{args!r}])\n"
         "except SystemExit as e:\n"
         "    code = e.code\n"
         "print('exit', code)\n"
         "print('heavy', sorted(m for m in ('torch', 'transformers', 'fedml') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert "train_args.epochs must be >= 1" in out.stderr, out.stderr
+    assert fragment in out.stderr, out.stderr
     assert out.stdout.split("\n")[:2] == ["exit 1", "heavy []"], out.stdout
 
 

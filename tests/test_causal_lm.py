@@ -269,7 +269,8 @@ def test_a_run_with_gradient_checkpointing_gives_the_same_rows(tmp_path, tiny_ll
 
 
 def test_a_gguf_file_is_dequantized_once_into_the_cache_with_identical_logits(tmp_path, monkeypatch):
-    from fedml_fes.models import build_causal_lm, resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
+    from fedml_fes.models import build_causal_lm
 
     from .conftest import save_tiny_gguf
 
@@ -313,7 +314,7 @@ def _fake_package(tmp_path, monkeypatch, gguf_sha):
 
 
 def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     _fake_package(tmp_path, monkeypatch, None)
     folder = resolve_model_path("offline:fake-lm")
@@ -323,7 +324,7 @@ def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
 
 
 def test_a_packaged_model_with_the_wrong_checksum_is_refused_and_nothing_is_cached(tmp_path, monkeypatch):
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     _fake_package(tmp_path, monkeypatch, "f" * 64)
     with pytest.raises(FesError, match="expected f{64}: refusing to use it"):
@@ -332,7 +333,7 @@ def test_a_packaged_model_with_the_wrong_checksum_is_refused_and_nothing_is_cach
 
 
 def test_an_unknown_packaged_name_is_one_line(tmp_path):
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
 
     with pytest.raises(FesError, match="unknown packaged model 'offline:nope'"):
         resolve_model_path("offline:nope")

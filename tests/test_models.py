@@ -4,7 +4,8 @@ import sys
 import pytest
 
 from fedml_fes.errors import FesError
-from fedml_fes.models import build_classifier, build_masked_lm, load_tokenizer, resolve_model_path
+from fedml_fes.model_files import resolve_model_path
+from fedml_fes.models import build_classifier, build_masked_lm, load_tokenizer
 
 
 def test_offline_alias_resolves_to_packaged_weights():

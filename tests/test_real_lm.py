@@ -7,7 +7,8 @@ import torch
 
 from fedml_fes.config import FesConfig
 from fedml_fes.data.sources import load_source
-from fedml_fes.models import build_causal_lm, load_tokenizer, resolve_model_path
+from fedml_fes.model_files import resolve_model_path
+from fedml_fes.models import build_causal_lm, load_tokenizer
 from fedml_fes.packaged_models import OFFLINE_SMOLLM2, PACKAGED, sha256_of
 from fedml_fes.precision import autocast_for
 from fedml_fes.prompt.classifier import PromptAdapter, predict_proba

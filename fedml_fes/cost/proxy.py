@@ -25,7 +25,7 @@ ENCODE_BATCH = 64
 def _proxy(name: str):
     from transformers import AutoConfig, AutoTokenizer
 
-    from ..models import resolve_model_path
+    from ..model_files import resolve_model_path
 
     path = resolve_model_path(name)
     tok = AutoTokenizer.from_pretrained(path)

@@ -107,7 +107,8 @@ class ProxyEmbedder:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from ..models import quiet_transformers, resolve_model_path
+            from ..model_files import resolve_model_path
+            from ..quiet import quiet_transformers
 
             try:
                 with quiet_transformers():

@@ -79,34 +79,15 @@ def federated_data_for(cfg: FesConfig) -> tuple[FederatedData, LabelOracle]:
     pacing_args.val_holdout of the gold labels moved out of training into `data.validation`
     (the same in every process: seeded)."""
     data, oracle = build_federated_data(cfg)
+    return with_validation(data, cfg), oracle
+
+
+def with_validation(data: FederatedData, cfg: FesConfig) -> FederatedData:
+    """`data` with the validation hold-out moved out of training where the run's method decides
+    on it (seeded: the same in every process)."""
     if decides_on_validation(get_method(cfg.train.method), cfg):
-        data = hold_out_validation(data, cfg.pacing.val_holdout, cfg.common.random_seed)
-    return data, oracle
-
-
-def check_before_run(cfg: FesConfig) -> None:
-    """What can fail without loading a model (the model path, max_seq_length against the
-    model's position table, the MLM build's config), checked before a run directory is created
-    so bad input leaves nothing behind."""
-    from ..models import resolve_model_path
-    from ..pretrain.source import mlm_build_config
-
-    resolve_model_path(cfg.model.model)
-    check_seq_length(cfg)
-    mlm_build_config(cfg)
-
-
-def check_seq_length(cfg: FesConfig) -> None:
-    """model_args.max_seq_length within what the model can embed (its config.json, no weights)."""
-    from ..models import max_positions
-
-    m = cfg.model
-    limit, where = max_positions(m.model)
-    if limit is not None and m.max_seq_length > limit:
-        raise FesError(
-            f"model_args.max_seq_length is {m.max_seq_length}, more than the {limit} positions model "
-            f"{m.model} can embed (max_position_embeddings in {where})"
-        )
+        return hold_out_validation(data, cfg.pacing.val_holdout, cfg.common.random_seed)
+    return data
 
 
 # file stems that say nothing about the data: the run is named after the folder instead

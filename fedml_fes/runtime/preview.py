@@ -5,6 +5,10 @@ creates its run directory (`check_before_run`), so bad data, a pattern without a
 verbalizer missing a class is one line in seconds, with nothing left behind. The model is
 built on the meta device (every shape, no weights), which is enough to count the bytes one
 client update sends.
+
+The checks that need no model (its path and config.json, the data) run before torch is
+imported: on a small machine that import alone takes seconds, and a wrong path or a broken CSV
+should be refused at once.
 """
 
 from __future__ import annotations
@@ -12,18 +16,43 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import FesConfig
-from ..models import is_causal_lm, load_tokenizer
+from ..data.federated import build_federated_data
+from ..errors import FesError
+from ..model_files import max_positions, resolve_model_path
 from ..pretrain.cache import load_cached_info
 from ..pretrain.source import mlm_build_config, mlm_origin
-from ..tuning.params import payload_bytes
-from .job import check_before_run, federated_data_for
-from .methods import get_method, pvp_for
+
+
+def check_before_run(cfg: FesConfig) -> None:
+    """What can fail without loading a model (the model path, max_seq_length against the
+    model's position table, the MLM build's config), checked before a run directory is created
+    so bad input leaves nothing behind."""
+    resolve_model_path(cfg.model.model)
+    check_seq_length(cfg)
+    mlm_build_config(cfg)
+
+
+def check_seq_length(cfg: FesConfig) -> None:
+    """model_args.max_seq_length within what the model can embed (its config.json, no weights)."""
+    m = cfg.model
+    limit, where = max_positions(m.model)
+    if limit is not None and m.max_seq_length > limit:
+        raise FesError(
+            f"model_args.max_seq_length is {m.max_seq_length}, more than the {limit} positions model "
+            f"{m.model} can embed (max_position_embeddings in {where})"
+        )
 
 
 def preview_run(cfg: FesConfig) -> list[str]:
     """The checks a run would fail on, run now; lines that say what the run would do."""
     check_before_run(cfg)
-    data, _ = federated_data_for(cfg)
+    data, _ = build_federated_data(cfg)  # bad data: one line before torch is imported
+    from ..models import is_causal_lm, load_tokenizer
+    from ..tuning.params import payload_bytes
+    from .job import with_validation
+    from .methods import get_method, pvp_for
+
+    data = with_validation(data, cfg)
     method = get_method(cfg.train.method)
     tokenizer = load_tokenizer(cfg.model.model)
     model = method.build_model(cfg, data.classes, tokenizer, weights=False)  # checks the PVP too

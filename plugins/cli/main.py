@@ -371,7 +371,6 @@ def _main(opts: argparse.Namespace) -> int:
         from fedml_fes.runtime.rundir import check_run_paths
 
         check_run_paths(cfg, opts.run_dir)  # where it writes: a file in the way, read-only, a live run's
-        from fedml_fes.runtime.job import make_run_dir
         from fedml_fes.runtime.preview import preview_run
 
         preview = preview_run(cfg)  # what can fail before anything is loaded or written
@@ -394,6 +393,8 @@ def _main(opts: argparse.Namespace) -> int:
             _print_summary(json.loads((Path(opts.run_dir) / "summary.json").read_text()))
             return 0
         resume = point is not None
+        from fedml_fes.runtime.job import make_run_dir
+
         if opts.command == "mpirun":
             from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 

@@ -146,7 +146,7 @@ def run_local(job: LocalJob, resume: bool = False, tls: bool = True) -> dict[str
     `resume`: continue the run in the job's run_dir after its checkpointed round (the silos
     restore their devices to it); a completed run's summary is returned as it is. `tls`: local
     services run over TLS with a throw-away CA unless the config names its own files."""
-    from fedml_fes.runtime.job import check_before_run
+    from fedml_fes.runtime.preview import check_before_run
     from fedml_fes_plugins.cross_silo.checks import check_port, preflight
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 

@@ -199,7 +199,7 @@ def run_split_mpirun(job: MpirunJob, run_dir: Path) -> dict[str, Any]:
 
 def run_split_command(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any]:
     """`fedml-fes split`: in-process without -np, else under mpirun with -np processes."""
-    from fedml_fes.models import resolve_model_path
+    from fedml_fes.model_files import resolve_model_path
     from fedml_fes.splitfed.runtime import make_split_run_dir, run_in_process
     from fedml_fes_plugins.runtimes.launcher import MpirunJob
 
