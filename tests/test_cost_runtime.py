@@ -3,8 +3,6 @@
 import csv
 from collections import OrderedDict
 
-import pytest
-
 from fedml_fes.config import config_from_dict
 from fedml_fes.report.client_costs import COLUMNS
 from fedml_fes.report.metrics import RunRecorder
@@ -79,41 +77,3 @@ def test_rejected_update_still_costs_and_is_marked(tmp_path, tiny_model_dir):
     assert [(x["client_id"], x["accepted"]) for x in rows] == [("1", "1"), ("2", "0")]
     assert rows[0]["fwd_flops"] == "10" and rows[1]["fwd_flops"] == ""
     assert int(rows[1]["bytes_up"]) == int(rows[0]["bytes_up"]) > 0
-
-
-@pytest.mark.slow
-def test_costs_are_identical_under_mpirun(tmp_path, tiny_model_dir):
-    """FLOPs and bytes depend on shapes only: the same in every runtime."""
-    import json
-
-    from fedml_fes.config import load_config
-    from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
-
-    from .conftest import write_config
-
-    raw = small_config(
-        tmp_path,
-        tiny_model_dir,
-        train_args={"method": "fedfsl", "comm_round": 2},
-        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-        pseudo_args={"label_clients": 3, "per_pass": 10},
-    )
-    cf = write_config(tmp_path / "c.yaml", raw)
-    cfg = load_config(cf)
-    mpi_dir = make_run_dir(cfg, str(tmp_path / "mpi"))
-    run_mpirun(MpirunJob(cfg, str(cf), 3, echo=lambda _l: None, timeout_s=600), mpi_dir)
-    local, local_dir = _run(cfg)
-    assert json.loads((mpi_dir / "summary.json").read_text())["per_round"] == local["per_round"]
-    keys = (
-        "round",
-        "phase",
-        "client_id",
-        "fwd_flops",
-        "bwd_flops",
-        "encoder_calls",
-        "bytes_down",
-        "bytes_up",
-        "activation_peak_bytes",
-        "peak_train_bytes",
-    )
-    assert [[x[k] for k in keys] for x in _rows(mpi_dir)] == [[x[k] for k in keys] for x in _rows(local_dir)]

@@ -89,7 +89,11 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
 
 
 def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
-    """Labeling + training phases under mpirun equal the in-process run, pseudo labels too."""
+    """Labeling + training phases under mpirun equal the in-process run, pseudo labels too, and
+    so do the per-client cost rows: FLOPs and bytes depend on shapes only, the same in every
+    runtime."""
+    import csv
+
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(
@@ -109,3 +113,20 @@ def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
     mpi_labels = {p.parent.name: p.read_text() for p in (tmp_path / "mpi" / "clients").glob("*/pseudo_labels.json")}
     local_labels = {p.parent.name: p.read_text() for p in (tmp_path / "local" / "clients").glob("*/pseudo_labels.json")}
     assert mpi_labels == local_labels
+    keys = (
+        "round",
+        "phase",
+        "client_id",
+        "fwd_flops",
+        "bwd_flops",
+        "encoder_calls",
+        "bytes_down",
+        "bytes_up",
+        "activation_peak_bytes",
+        "peak_train_bytes",
+    )
+    costs = {
+        name: [[r[k] for k in keys] for r in csv.DictReader((tmp_path / name / "client_costs.csv").open(newline=""))]
+        for name in ("mpi", "local")
+    }
+    assert costs["mpi"] == costs["local"] and costs["mpi"]

@@ -304,9 +304,10 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     out = Path(opts.output_dir) / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=False)
     echo(f"demo folder: {out}")
+    first = next(iter(configs.values()))
     echo(
-        f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: 20 clients, 64 gold labels skewed "
-        f"onto few clients, {next(iter(configs.values())).train.comm_round} rounds each ({model})"
+        f"comparing {', '.join(LABELS[m] for m in configs)} on BBC News: {first.data.client_num_in_total} clients, "
+        f"{first.data.gold_labels} gold labels skewed onto few clients, {first.train.comm_round} rounds each ({model})"
     )
     progress = not opts.no_progress and sys.stderr.isatty()
     rows = []
@@ -337,7 +338,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     plot = plot_runs(
         {r["method"]: r["_curve"] for r in rows if "_curve" in r},
         out / "demo.png",
-        f"BBC News, 64 gold labels (skewed), {model}: accuracy vs emulated time and traffic",
+        f"BBC News, {first.data.gold_labels} gold labels (skewed), {model}: accuracy vs emulated time and traffic",
         COLORS,
     )
     echo(f"table: {out / 'demo.csv'}")
