@@ -42,3 +42,12 @@ def read_summary(run_dir: Path) -> dict:
 
 def floats(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if r.get(key) not in (None, "", "nan")]
+
+
+def print_and_write_table(script: str, title: str, text: str, out: str | None, argv: list[str] | None) -> None:
+    """Print a diagnosis's markdown `text`; with `out`, also write it under `title` with the
+    command that made it (this script and its arguments as given)."""
+    print(text)
+    if out:
+        cmd = f"benchmarks/{script} " + " ".join(argv if argv is not None else sys.argv[1:])
+        Path(out).write_text(f"# {title}\n\nMade by `{cmd}`.\n\n{text}\n")

@@ -26,6 +26,9 @@ import numpy as np
 from fedml_fes.config.load import load_run_config
 from fedml_fes.errors import FesError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_and_write_table  # noqa: E402
+
 TUNING_SEEDS_FROM = 10
 NEIGHBOURS = 5
 
@@ -116,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except FesError as e:
         print(f"prototype_view: error: {e}", file=sys.stderr)
         return 1
-    print(text)
-    if opts.out:
-        cmd = "benchmarks/prototype_view.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        Path(opts.out).write_text(f"# A second view over the Sentence-BERT proxy\n\nMade by `{cmd}`.\n\n{text}\n")
+    print_and_write_table("prototype_view.py", "A second view over the Sentence-BERT proxy", text, opts.out, argv)
     return 0
 
 

@@ -18,6 +18,10 @@ import sys
 from pathlib import Path
 
 from fedml_fes.errors import FesError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import print_and_write_table  # noqa: E402
+
 from fedml_fes.report.class_shift import class_mix
 
 
@@ -78,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             "pseudo_class_mix: error: no finished pseudo-label run with a Prompt-only run of its seed", file=sys.stderr
         )
         return 1
-    text = "\n".join(lines)
-    print(text)
-    if opts.out:
-        cmd = "benchmarks/pseudo_class_mix.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        Path(opts.out).write_text(f"# Pseudo labels' class mix\n\nMade by `{cmd}`.\n\n{text}\n")
+    print_and_write_table("pseudo_class_mix.py", "Pseudo labels' class mix", "\n".join(lines), opts.out, argv)
     return 0
 
 

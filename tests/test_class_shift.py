@@ -89,3 +89,38 @@ def test_pseudo_labels_drawn_from_the_known_classes_show_in_the_class_mix(tmp_pa
     assert "| sport | 33 | 80 | 70 / 33 | 100 / 80 |" in text
     assert script.main([str(tmp_path / "nothing")]) == 1
     assert "no finished pseudo-label run" in capsys.readouterr().err
+
+
+def test_prototype_view_scores_kept_pseudo_labels_on_tuning_seeds_only(tmp_path, tiny_model_dir, capsys):
+    """benchmarks/prototype_view.py: the Sentence-BERT view's test accuracy and the kept pseudo
+    labels split by its agreement, each part's share right against the evaluator's truth; a
+    reported seed (< 10) is refused in one line."""
+    from fedml_fes.config import config_from_dict
+    from fedml_fes.runtime.job import federated_data_for
+
+    from .conftest import small_config, write_config
+
+    script = load_benchmark_script("prototype_view")
+    run = tmp_path / "fedfsl-s10"
+    raw = small_config(tmp_path, tiny_model_dir, common_args={"random_seed": 10})
+    run.mkdir()
+    write_config(run / "config.yaml", raw)
+    data, oracle = federated_data_for(config_from_dict(raw))
+    client = next(c for c in data.clients if len(c.unlabeled) >= 4)
+    ids = list(client.unlabeled.example_ids[:4])
+    truth = oracle.labels_of(ids)
+    labels = truth[:3] + [(truth[3] + 1) % len(data.classes)]  # three right, one wrong
+    (run / "clients" / str(client.client_id)).mkdir(parents=True)
+    (run / "clients" / str(client.client_id) / "pseudo_labels.json").write_text(
+        json.dumps({"example_ids": ids, "labels": labels})
+    )
+    row = script.view_row(run)
+    assert row["kept"] == 4 and 0 <= row["agree"] <= 4 and row["all_right"] == pytest.approx(0.75)
+    right = row["agree_right"] * row["agree"] + row["other_right"] * (4 - row["agree"])
+    assert right == pytest.approx(3)
+    assert 0 <= row["prototype_acc"] <= 1 and 0 <= row["knn_acc"] <= 1
+    out = tmp_path / "view.md"
+    assert script.main([str(run), "--out", str(out)]) == 0 and "| 4 |" in out.read_text()
+    write_config(run / "config.yaml", {**raw, "common_args": {**raw["common_args"], "random_seed": 0}})
+    assert script.main([str(run)]) == 1
+    assert "seed 0: this diagnosis reads tuning seeds (>= 10) only" in capsys.readouterr().err
