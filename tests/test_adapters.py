@@ -16,7 +16,7 @@ from fedml_fes.config import AdapterConfig, config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
-from fedml_fes.runtime.methods import inert_keys, is_inert
+from fedml_fes.runtime.inert import inert_keys, is_inert
 from fedml_fes.tuning.adapters import adapter_plan, add_adapters, default_depth, is_adapter_param
 from fedml_fes.tuning.params import payload_bytes, trainable_state
 from fedml_fes.tuning.plan import layer_index, num_layers

@@ -688,7 +688,7 @@ def test_training_draw_follows_labels_held_under_label_sampling(tmp_path, tiny_m
 
 
 def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
-    from fedml_fes.runtime.methods import inert_keys, is_inert
+    from fedml_fes.runtime.inert import inert_keys, is_inert
 
     assert is_inert("pacing_args.train_sampling", inert_keys("fedfsl", "full"))
     assert is_inert("tuning_args.bias_epochs", inert_keys("fedfsl", "full"))
@@ -701,7 +701,7 @@ def test_pacing_only_keys_are_inert_for_methods_without_curriculum_pacing():
 
 
 def test_the_every_layer_bias_rate_is_read_by_fedfsl_bias_alone():
-    from fedml_fes.runtime.methods import inert_keys, is_inert
+    from fedml_fes.runtime.inert import inert_keys, is_inert
 
     assert not is_inert("tuning_args.all_bias_learning_rate", inert_keys("fedfsl_bias", "full"))
     for method in ("fes", "fes_no_dc", "fedfsl", "prompt_only", "adapter"):
@@ -710,7 +710,7 @@ def test_the_every_layer_bias_rate_is_read_by_fedfsl_bias_alone():
 
 
 def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():
-    from fedml_fes.runtime.methods import inert_keys, is_inert
+    from fedml_fes.runtime.inert import inert_keys, is_inert
 
     for key in ("model_args.mlm_from", "model_args.mlm_on_job_data"):
         assert is_inert(key, inert_keys("fedcls", "full")) and is_inert(key, inert_keys("pseudo_only", "full"))

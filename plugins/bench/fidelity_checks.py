@@ -213,7 +213,7 @@ def shared_config_check(rows: list[dict[str, Any]]) -> list[str]:
     """Config keys that differ between runs beyond the per-run and per-dataset ones and those
     that never change results (empty: one shared config)."""
     from fedml_fes.runtime.checkpoint import is_result_key
-    from fedml_fes.runtime.methods import inert_keys, is_inert
+    from fedml_fes.runtime.inert import inert_keys, is_inert
 
     def inert(cfg: dict) -> frozenset[str]:
         return inert_keys(cfg.get("train_args", {}).get("method", ""), cfg.get("model_args", {}).get("tuning", "full"))

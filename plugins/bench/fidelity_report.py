@@ -78,7 +78,7 @@ def render(rows: list[dict[str, Any]], command: str, date: str, out: Path, meta:
     present = list(dict.fromkeys(r["dataset"] for r in rows))
     from_files = [d for d in present if d not in KNOWN]
     if rows:
-        from fedml_fes.runtime.methods import inert_keys, is_inert
+        from fedml_fes.runtime.inert import inert_keys, is_inert
 
         c0 = rows[0]["_config"]
         # the MLM head as a run that reads it has it (a FedCLS run's config may predate its keys)

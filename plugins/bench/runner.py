@@ -71,7 +71,7 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
     now = resolve_paths(json.loads(json.dumps(cfg.to_dict())), here)
     defaults = resolve_paths(json.loads(json.dumps(FesConfig().to_dict())), here)
     from fedml_fes.runtime.checkpoint import is_result_key
-    from fedml_fes.runtime.methods import inert_keys, is_inert
+    from fedml_fes.runtime.inert import inert_keys, is_inert
 
     inert = inert_keys(cfg.train.method, cfg.model.tuning)
     diff = []
