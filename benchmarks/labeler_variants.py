@@ -4,12 +4,17 @@ changed per variant, each variant a fidelity-harness output folder.
     .venv/bin/python benchmarks/fidelity.py --datasets bbc_news trec --methods fedfsl --seeds 10 \\
         --set pseudo_args.per_pass_fraction=0.083 --set train_args.frequency_of_the_test=10 \\
         --set pseudo_args.labeler=contextual --out runs/tune/contextual --results runs/tune/contextual --jobs 2
-    .venv/bin/python benchmarks/labeler_variants.py runs/tune --out benchmarks/results/labelers
+    .venv/bin/python benchmarks/labeler_variants.py runs/tune --out benchmarks/results/labelers \
+        --reference po_base f32_po_base
 
 Reads every `<root>/<variant>/<dataset>/runs/<run>-s<seed>/` that completed (the fidelity
 harness's rows: final accuracy, pseudo-label precision over all passes, the run's start) and
 writes `<out>/labelers.csv` and `labelers.md`: one row per variant, a column per dataset and
-seed. Refuses reported seeds (0-2): variants are chosen on seeds >= 10 only.
+seed. With `--reference`, labelers.md also pairs each variant with the reference variants'
+Prompt-only runs of the same dataset, seed and device (precision included): seed-to-seed swings
+of Prompt-only itself (TREC-6: 63-84 over seeds 10-13) dwarf a labeler's effect, so a variant is
+judged by its mean difference on the seeds both ran. Refuses reported seeds (0-2): variants are
+chosen on seeds >= 10 only.
 """
 
 from __future__ import annotations
@@ -39,7 +44,60 @@ def collect(root: Path) -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], out: Path, command: str) -> Path:
+def paired(rows: list[dict], references: list[str]) -> list[dict]:
+    """Each non-reference variant's accuracy minus Prompt-only's, per dataset, on the seeds where a
+    reference variant ran Prompt-only on the same device (the summary's `device`: CPU float32 and
+    bfloat16 runs are never paired)."""
+    base = {
+        (r["dataset"], r["seed"], r["device"]): r["accuracy"]
+        for r in rows
+        if r["variant"] in references and r["method"] == "prompt_only"
+    }
+    groups: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
+    for r in rows:
+        ref = base.get((r["dataset"], r["seed"], r["device"]))
+        if r["variant"] in references or ref is None:
+            continue
+        groups.setdefault((r["variant"], r["method"], r["dataset"]), []).append((r["seed"], r["accuracy"], ref))
+    out = []
+    for (variant, method, dataset), hits in groups.items():
+        deltas = [a - ref for _, a, ref in hits]
+        out.append(
+            {
+                "variant": variant,
+                "method": method,
+                "dataset": dataset,
+                "seeds": sorted(s for s, _, _ in hits),
+                "mean": sum(a for _, a, _ in hits) / len(hits),
+                "reference_mean": sum(ref for _, _, ref in hits) / len(hits),
+                "delta": sum(deltas) / len(deltas),
+                "wins": sum(d > 0 for d in deltas),
+            }
+        )
+    return sorted(out, key=lambda p: (p["dataset"], -len(p["seeds"]), -p["delta"]))
+
+
+def paired_lines(pairs: list[dict], references: list[str]) -> list[str]:
+    lines = [
+        "",
+        f"## Against Prompt-only, paired by seed (reference variants: {', '.join(references)})",
+        "",
+        "Test accuracy (%) on the seeds where both ran, the same device and precision; `wins`: seeds "
+        "where the variant beat Prompt-only.",
+        "",
+        "| dataset | variant (method) | seeds | variant mean | Prompt-only mean | difference | wins |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in pairs:
+        lines.append(
+            f"| {p['dataset']} | {p['variant']} ({p['method']}) | {' '.join(map(str, p['seeds']))} | "
+            f"{100 * p['mean']:.1f} | {100 * p['reference_mean']:.1f} | {100 * p['delta']:+.1f} | "
+            f"{p['wins']} of {len(p['seeds'])} |"
+        )
+    return lines
+
+
+def write(rows: list[dict], out: Path, command: str, references: list[str] = ()) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cols = ("variant", "dataset", "seed", "method", "labeler", "accuracy", "pseudo_precision", "pseudo_labels")
     with (out / "labelers.csv").open("w", newline="") as f:
@@ -63,6 +121,8 @@ def write(rows: list[dict], out: Path, command: str) -> Path:
             hit = [r for r in rows if (r["variant"], r["method"], r["dataset"], r["seed"]) == (variant, method, d, s)]
             cells.append(f"{100 * hit[0]['accuracy']:.1f} ({_pct(hit[0]['pseudo_precision'])})" if hit else "-")
         lines.append(f"| {variant} ({method}) | " + " | ".join(cells) + " |")
+    if references:
+        lines += paired_lines(paired(rows, list(references)), list(references))
     (out / "labelers.md").write_text("\n".join(lines) + "\n")
     return out / "labelers.md"
 
@@ -71,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("root", help="folder of variant folders (each a fidelity --out)")
     p.add_argument("--out", default="benchmarks/results/labelers", help="where labelers.csv and .md go")
+    p.add_argument(
+        "--reference", nargs="*", default=[], help="variants whose Prompt-only runs the others are paired with"
+    )
     opts = p.parse_args(argv)
     try:
         rows = collect(Path(opts.root))
@@ -78,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             raise FesError(f"no completed run under {opts.root}")
         from fedml_fes_plugins.bench.paths import portable_command
 
-        path = write(
-            rows, Path(opts.out), portable_command(" ".join(["benchmarks/labeler_variants.py", *sys.argv[1:]]))
-        )
+        missing = [v for v in opts.reference if not any(r["variant"] == v for r in rows)]
+        if missing:
+            raise FesError(f"--reference {' '.join(missing)}: no completed run of that variant under {opts.root}")
+        command = portable_command(" ".join(["benchmarks/labeler_variants.py", *sys.argv[1:]]))
+        path = write(rows, Path(opts.out), command, opts.reference)
     except FesError as e:
         print(f"labeler_variants: error: {e}", file=sys.stderr)
         return 1

@@ -200,14 +200,15 @@ def write_mlm_config(opts: argparse.Namespace) -> Path:
     return path
 
 
-def _gold_note(run_dir: Path) -> str:
+def _gold_note(run_dir: Path, cfg: FesConfig) -> str:
     """FedCLS trains only clients that hold gold labels; say which, from its own metrics."""
     with (run_dir / "metrics.csv").open(newline="") as f:
         ids = sorted({c for row in csv.DictReader(f) for c in row["clients"].split() if c})
     who = f"client {ids[0]}" if len(ids) == 1 else f"clients {', '.join(ids)}"
+    trains = "that client trains" if len(ids) == 1 else "only they train"
     return (
-        f"note: FedCLS learns from gold labels only, and this skewed partition (gamma 0.001) puts the 64 gold "
-        f"labels on {who}, so {'that client trains' if len(ids) == 1 else 'only they train'} in every round; "
+        f"note: FedCLS learns from gold labels only, and this skewed partition (gamma {cfg.data.gold_sparsity:g}) "
+        f"puts the {cfg.data.gold_labels} gold labels on {who}, so {trains} in every round; "
         f"FedFSL and FeS also pseudo-label the other clients' text."
     )
 
@@ -324,7 +325,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
         if summary.get("warning"):
             echo(f"warning: {LABELS[method]}: {summary['warning']}")
         if method == "fedcls":
-            echo(_gold_note(run_dir))
+            echo(_gold_note(run_dir, cfg))
         if method != "fedcls" and not any(r["method"] == ZERO_SHOT for r in rows):
             rows.insert(0, _zero_shot_row(summary))
     echo("")
