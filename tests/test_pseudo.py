@@ -11,7 +11,14 @@ import yaml
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.prompt.pvp import get_pvp
-from fedml_fes.pseudo.labeler import CONTENT_FREE, class_quotas, correct_bias, flexible_thresholds, select_pseudo
+from fedml_fes.pseudo.labeler import (
+    CONTENT_FREE,
+    class_quotas,
+    correct_bias,
+    flexible_thresholds,
+    select_classwise,
+    select_pseudo,
+)
 from fedml_fes.pseudo.store import ClientStore, PseudoLabels
 from fedml_fes.runtime.job import make_run_dir
 
@@ -149,6 +156,34 @@ def test_flexmatch_lowers_the_bar_for_classes_the_model_has_not_learned():
     assert correct_bias(probs, "flexmatch") is probs  # it changes the selection, not the probabilities
 
 
+def test_classwise_gives_every_class_its_share_even_one_the_model_never_answers():
+    """Class 2 is nobody's argmax, yet the texts most probable for it are picked for it; the
+    budget's remainder goes to the classes with the most probability mass; a text is taken once,
+    by the class whose turn reaches it first; the threshold applies to the picked class."""
+    probs = np.array(
+        [
+            [0.90, 0.05, 0.05],  # 0
+            [0.80, 0.10, 0.10],  # 1
+            [0.50, 0.10, 0.40],  # 2: class 2's best
+            [0.10, 0.85, 0.05],  # 3
+            [0.45, 0.20, 0.35],  # 4: class 2's second
+            [0.60, 0.38, 0.02],  # 5
+        ]
+    )
+    assert 2 not in probs.argmax(1)
+    keep, labels = select_classwise(probs, 3)
+    assert dict(zip(keep.tolist(), labels.tolist())) == {0: 0, 3: 1, 2: 2}
+    assert keep.tolist() == [0, 3, 2]  # most probable pick first
+    keep, labels = select_classwise(probs, 5)  # 5 = 1 each + 2 to classes 0 and 1 (most mass)
+    assert dict(zip(keep.tolist(), labels.tolist())) == {0: 0, 1: 0, 3: 1, 5: 1, 2: 2}
+    keep, labels = select_classwise(probs, 6, threshold=0.3)  # class 1 has one text >= 0.3 left after 3
+    assert sorted(zip(keep.tolist(), labels.tolist())) == [(0, 0), (1, 0), (2, 2), (3, 1), (4, 2), (5, 1)]
+    keep, labels = select_classwise(probs, 6, threshold=0.5)
+    assert sorted(zip(keep.tolist(), labels.tolist())) == [(0, 0), (1, 0), (3, 1)]
+    assert select_classwise(probs, 0)[0].tolist() == [] and len(select_classwise(probs, 99)[0]) == 6
+    assert correct_bias(probs, "classwise") is probs
+
+
 def test_ensemble_labeler_averages_every_built_in_pattern_with_its_own_words(tmp_path, tiny_model_dir):
     """PET's ensemble: a pass's probabilities are the mean of the model's answers under each
     of the dataset's patterns, each read at its own verbalizer words; the model reads its own
@@ -215,22 +250,24 @@ def test_ensemble_labeler_refuses_what_it_cannot_average(tmp_path, tiny_model_di
 
 def test_labeler_options_are_checked_in_one_line():
     with pytest.raises(
-        FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned, ensemble, flexmatch"
+        FesError, match="pseudo_args.labeler must be one of paper, contextual, aligned, ensemble, flexmatch, classwise"
     ):
         config_from_dict({"pseudo_args": {"labeler": "knn"}})
     with pytest.raises(FesError, match=r"pseudo_args.per_pass_fraction must be in \[0, 1\]"):
         config_from_dict({"pseudo_args": {"per_pass_fraction": 1.5}})
 
 
-@pytest.mark.parametrize("labeler", ["contextual", "aligned", "ensemble", "flexmatch"])
+@pytest.mark.parametrize("labeler", ["contextual", "aligned", "ensemble", "flexmatch", "classwise"])
 def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_inference(
     tmp_path, tiny_model_dir, monkeypatch, labeler
 ):
     """per_pass_fraction: each labeling client keeps that share of its pool (at least one); the
     contextual labeler's content-free inputs are inferred on the client too, so they are counted.
     flexmatch: the pass sees every fourth text as a less confident class 1 (0.6) and the rest as
-    class 0 at 0.99, so the budget (a quarter) goes to class 1, which the paper's ranking leaves out."""
-    if labeler == "flexmatch":
+    class 0 at 0.99, so the budget (a quarter) goes to class 1, which the paper's ranking leaves out.
+    classwise: the same pass; every class gets a share, class 1's the texts it leans to, and the
+    stored targets are one-hot (hard), class 2 included though no text leans to it."""
+    if labeler in ("flexmatch", "classwise"):
         from fedml_fes.runtime import methods
 
         def skewed(probs, *_):
@@ -265,6 +302,11 @@ def test_fedfsl_with_a_labeler_keeps_a_fraction_of_each_pool_and_counts_its_infe
     assert stored and all(np.allclose(np.sum(s["probs"], axis=1), 1.0, atol=1e-4) for s in stored)
     if labeler == "flexmatch":
         assert all(set(s["labels"]) == {1} for s in stored)  # the paper's ranking: all class 0
+    if labeler == "classwise":
+        assert {c for s in stored for c in s["labels"]} >= {0, 1, 2}
+        assert all(
+            np.array_equal(np.eye(len(row))[lab], row) for s in stored for lab, row in zip(s["labels"], s["probs"])
+        )
 
 
 def test_word_dropout_is_seeded_keeps_a_word_and_is_off_at_zero():

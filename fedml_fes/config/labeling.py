@@ -61,7 +61,9 @@ class PseudoConfig:
     # pool's mean prediction scaled to uniform (ReMixMatch's distribution alignment); ensemble:
     # the mean over every built-in pattern of the dataset (PET's ensemble; one inference each);
     # flexmatch: as predicted, but the budget goes to the predictions furthest above their class's
-    # FlexMatch threshold (Zhang et al. 2021): classes with few confident answers get labels too
+    # FlexMatch threshold (Zhang et al. 2021): classes with few confident answers get labels too;
+    # classwise: the budget split evenly over the classes, each filled with the texts most probable
+    # for it, hard labels (a class the model never answers still gets its share)
     labeler: str = "paper"
     # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
     # labeled). The label comes from the clean text: consistency under a strong augmentation

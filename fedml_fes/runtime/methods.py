@@ -53,7 +53,7 @@ from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.augment import drop_words
 from ..pseudo.filtering import ProxyEmbedder, cached_order
-from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, select_pseudo
+from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, select_classwise, select_pseudo
 from ..pseudo.pacing import budget_target
 from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import adapter_plan, add_adapters, capacity_plan
@@ -390,14 +390,19 @@ class FewShot:
             )
             inferred += len(CONTENT_FREE)
         probs = correct_bias(probs, p.labeler, reference)
-        thresholds = flexible_thresholds(probs) if p.labeler == "flexmatch" else None
-        keep = select_pseudo(
-            probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels), thresholds
-        )
+        if p.labeler == "classwise":  # a pick may be a class the model ranks second: hard targets
+            keep, picked = select_classwise(probs, target, p.confidence_threshold)
+            soft = np.eye(probs.shape[1])[picked]
+        else:
+            thresholds = flexible_thresholds(probs) if p.labeler == "flexmatch" else None
+            keep = select_pseudo(
+                probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels), thresholds
+            )
+            picked, soft = probs[keep].argmax(axis=1), probs[keep]
         labels = PseudoLabels(
             example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
-            labels=[int(probs[i].argmax()) for i in keep],
-            probs=[[round(float(x), 6) for x in probs[i]] for i in keep] if p.soft_labels else [],
+            labels=[int(c) for c in picked],
+            probs=[[round(float(x), 6) for x in row] for row in soft] if p.soft_labels else [],
             passes=previous.passes + 1,
         )
         return labels, inferred
