@@ -118,8 +118,8 @@ def select_classwise(probs: np.ndarray, target: int, threshold: float = 0.0) -> 
     """(indices into the pool, their labels): `target` picks split evenly over the classes (the
     remainder to the classes with the most probability mass in the pool), each class's share the
     texts with the highest probability of that class (at least `threshold`), each text picked
-    once. Classes take turns, best remaining text first, so that a text two classes rank high
-    goes to the class that ranks it higher in its own list. Most probable pick first."""
+    once. Classes take turns, each taking its best remaining text, so one class cannot take the
+    texts another ranks first before that class has had its turn. Most probable pick first."""
     n, num_classes = probs.shape
     target = min(target, n)
     if target == 0:
