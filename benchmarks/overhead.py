@@ -43,13 +43,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-
+# torch and the runtime are imported where they are used: a raw worker whose spec or config is
+# bad fails in a second, before the 10 s those imports take
 from fedml_fes.config import add_set_argument, load_config, parse_overrides
 from fedml_fes.errors import FesError
-from fedml_fes.runtime.job import build_job, configure_torch, make_run_dir
-from fedml_fes.runtime.payload import assign_slots
-from fedml_fes.runtime.tasks import ClientTask, task_seed
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CF = "run_configs/overhead.yaml"
@@ -63,6 +60,9 @@ Split = Callable[[list[int]], list[list[int]]]  # a round's clients -> each work
 
 def mpirun_split(clients: list[int], workers: int = 2) -> list[list[int]]:
     """The MPI runtime's split of a round's training tasks: round-robin in client-id order."""
+    from fedml_fes.runtime.payload import assign_slots
+    from fedml_fes.runtime.tasks import ClientTask
+
     plan = assign_slots([ClientTask(0, c, "train", 0) for c in clients], workers)
     return [[t.client_id for t in plan[s]] for s in range(workers)]
 
@@ -103,6 +103,7 @@ def _rounds(run_dir: Path) -> list[Round]:
 
 
 def run_inprocess(cf: str, run_dir: Path, sets: list[str]) -> Path:
+    from fedml_fes.runtime.job import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     cfg = load_config(cf, parse_overrides(sets))
@@ -155,6 +156,7 @@ def codec_times(cf: str, sets: list[str], scratch: Path, repeats: int = 5) -> di
     gRPC and S3 now) against pickle (what FedML 0.9.6 sends), best of `repeats`."""
     import pickle
 
+    from fedml_fes.runtime.job import build_job, make_run_dir
     from fedml_fes.tuning.params import trainable_state
     from fedml_fes_plugins.adapters.codec import decode, encode
 
@@ -182,6 +184,11 @@ def raw_worker(spec_path: str) -> int:
     """One raw worker (a child process): build the job, say ready, wait for go, time each task."""
     spec = json.loads(Path(spec_path).read_text())
     cfg = load_config(spec["cf"], parse_overrides(spec["sets"]))
+    import torch
+
+    from fedml_fes.runtime.job import build_job, configure_torch, make_run_dir
+    from fedml_fes.runtime.tasks import task_seed
+
     configure_torch(cfg)
     job = build_job(cfg, "server", make_run_dir(cfg, spec["scratch"]))
     Path(spec["ready"]).touch()
