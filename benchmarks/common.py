@@ -17,7 +17,7 @@ def run_one(
     cf: str, run_dir: Path, overrides: dict[str, Any], adjust: Callable[[FesConfig], None] | None = None, tag: str = ""
 ) -> dict:
     """Run in-process unless `run_dir` already holds a completed run (resumable)."""
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     summary_path = run_dir / "summary.json"

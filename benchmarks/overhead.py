@@ -103,7 +103,7 @@ def _rounds(run_dir: Path) -> list[Round]:
 
 
 def run_inprocess(cf: str, run_dir: Path, sets: list[str]) -> Path:
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     cfg = load_config(cf, parse_overrides(sets))
@@ -156,7 +156,8 @@ def codec_times(cf: str, sets: list[str], scratch: Path, repeats: int = 5) -> di
     gRPC and S3 now) against pickle (what FedML 0.9.6 sends), best of `repeats`."""
     import pickle
 
-    from fedml_fes.runtime.job import build_job, make_run_dir
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes.tuning.params import trainable_state
     from fedml_fes_plugins.adapters.codec import decode, encode
 
@@ -186,7 +187,8 @@ def raw_worker(spec_path: str) -> int:
     cfg = load_config(spec["cf"], parse_overrides(spec["sets"]))
     import torch
 
-    from fedml_fes.runtime.job import build_job, configure_torch, make_run_dir
+    from fedml_fes.runtime.job import build_job, configure_torch
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes.runtime.tasks import task_seed
 
     configure_torch(cfg)

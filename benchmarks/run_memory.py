@@ -46,7 +46,7 @@ def _rss_gb() -> float:
 def _child(opts: argparse.Namespace) -> None:
     from fedml_fes.config import load_config
     from fedml_fes.models import is_causal_lm
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.bench.fidelity_spec import DATASETS, dataset_overrides
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 

@@ -111,7 +111,7 @@ def measure_fedavg(task: str, runs: Path, rounds: int) -> dict:
     import csv
 
     from fedml_fes.config import load_config
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     config, overrides = FEDAVG[task]

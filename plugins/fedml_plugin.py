@@ -56,9 +56,10 @@ import_fedml()
 
 from fedml_fes.config import FesConfig, add_set_argument, load_config
 from fedml_fes.errors import FesError
-from fedml_fes.runtime.job import build_job, make_run_dir
+from fedml_fes.runtime.job import build_job
 from fedml_fes.runtime.methods import get_method
 from fedml_fes.runtime.phases import phases_per_round
+from fedml_fes.runtime.rundir import make_run_dir
 
 # the FedML plugins a FedMLRunner script passes: one trainer/aggregator pair for every runtime
 from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of

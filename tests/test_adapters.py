@@ -221,7 +221,7 @@ def test_activation_cache_on_and_off_train_the_same_adapters(tmp_path, tiny_mode
 
 @pytest.mark.parametrize("kind", ["adapter", "lora"])
 def test_two_rounds_in_process_write_metrics_and_send_only_adapters(tmp_path, tiny_model_dir, kind):
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(

@@ -247,7 +247,7 @@ def test_a_start_below_the_capacity_is_one_line():
 
 
 def test_progressive_lora_run_logs_every_decision_and_sends_each_clients_view(tmp_path, tiny_model_dir):
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(
@@ -310,7 +310,7 @@ def test_progressive_lora_under_mpirun_matches_in_process(tmp_path, tiny_model_d
     """The views travel in the tasks' options and the sliced tensors over FedML's MPI
     transport: the same rows, upgrades included, as in process."""
     from fedml_fes.config import load_config
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
     from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun
 

@@ -357,8 +357,7 @@ def test_second_run_into_a_live_runs_dir_is_refused_and_a_dead_ones_lock_does_no
 def test_a_run_holds_its_lock_while_live(tmp_path, tiny_model_dir):
     """make_run_dir(lock=True), as `fedml-fes run` calls it: a second lock in another process fails."""
     from fedml_fes.config import config_from_dict
-    from fedml_fes.runtime.job import make_run_dir
-    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir, release_run_dir
 
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
     run = make_run_dir(cfg, str(tmp_path / "r"), lock=True)

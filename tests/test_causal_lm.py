@@ -221,7 +221,7 @@ def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
 
 @pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes"])
 def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(
@@ -245,7 +245,7 @@ def test_a_run_with_gradient_checkpointing_gives_the_same_rows(tmp_path, tiny_ll
     under a bias-only top; full tuning is checked bit for bit above): the same losses and
     accuracies as without it."""
     method = "fes"
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     rows = {}

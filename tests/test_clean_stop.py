@@ -89,7 +89,9 @@ def _assert_interrupted(code: int, err: str, run_dir: Path, signum: int, least: 
     return summary
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)  # each a process of its own (~10 s); the fast lane keeps SIGTERM
 def test_a_signal_stops_run_with_a_summary_and_one_line(tmp_path, tiny_model_dir, signum):
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 40}))
     run_dir = tmp_path / "run"

@@ -114,7 +114,7 @@ def test_one_reader_for_files_and_overrides(tmp_path):
 def test_run_folders_are_named_after_the_data(data, label):
     import re
 
-    from fedml_fes.runtime.job import dataset_label, default_run_name
+    from fedml_fes.runtime.rundir import dataset_label, default_run_name
 
     extra = {"text_columns": ["t"], "label_column": "y"} if data["dataset"] == "custom" else {}
     cfg = config_from_dict(
@@ -126,7 +126,7 @@ def test_run_folders_are_named_after_the_data(data, label):
 
 
 def test_run_folder_of_a_custom_dataset_uses_its_file(tmp_path, monkeypatch):
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
 
     cf = tmp_path / "c.yaml"
     cf.write_text(

@@ -207,7 +207,7 @@ def test_mlm_on_job_data_builds_the_recipe_on_the_jobs_own_data(tmp_path):
 
 
 def test_run_config_yaml_stores_absolute_paths(tmp_path, monkeypatch):
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
 
     cf = _write(
         tmp_path / "c" / "run.yaml",

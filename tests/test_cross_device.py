@@ -168,7 +168,7 @@ def _run(cf: Path, run_dir: Path, echo=lambda _l: None, per_process: int = 1) ->
 @pytest.mark.slow
 def test_three_devices_run_fes_on_fedml_cross_device_server(tmp_path, tiny_model_dir, services_ready):
     from fedml_fes.config import load_config
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     cf = write_config(tmp_path / "c.yaml", _raw(tmp_path, tiny_model_dir))

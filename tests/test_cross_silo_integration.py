@@ -44,7 +44,7 @@ def _config(tmp_path: Path, model_dir: str, backend: str, name: str = "c.yaml", 
 
 def _in_process(cf: Path, run_dir: Path) -> dict:
     from fedml_fes.config import load_config
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     cfg = load_config(cf)

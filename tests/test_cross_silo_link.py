@@ -174,7 +174,7 @@ class LinkedRun:
 
 def _in_process(tmp_path: Path, raw: dict, name: str = "local") -> dict:
     from fedml_fes.config import load_config
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     plain = json.loads(json.dumps(raw))

@@ -15,7 +15,6 @@ import torch
 
 from fedml_fes.config import config_from_dict, load_config
 from fedml_fes.errors import FesError
-from fedml_fes.runtime.job import make_run_dir
 from fedml_fes.runtime.payload import (
     PLAN_KEY,
     assign_slots,
@@ -25,6 +24,7 @@ from fedml_fes.runtime.payload import (
     unpack_plan,
     unpack_updates,
 )
+from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes.runtime.tasks import ClientTask, ClientUpdate
 
 from .conftest import small_config, write_config

@@ -13,7 +13,7 @@ from fedml_fes.models import load_tokenizer
 from fedml_fes.prompt.model import PromptEncoder, PromptMLM
 from fedml_fes.pseudo.filtering import cached_order, centred, knn_indices, random_order, vote_k_order
 from fedml_fes.pseudo.pacing import Pacing, PacingConfigurator, aug_e, budget_target, default_grid, parse_grid
-from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes.tuning.params import trainable_state
 from fedml_fes.tuning.plan import LayerPlan, apply_tuning, num_layers, plan_for
 from fedml_fes.tuning.split import ActivationCache, FrozenBottom

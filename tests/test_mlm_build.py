@@ -22,7 +22,7 @@ from fedml_fes.pretrain.mlm import (
     train_mlm,
     unigram_log_prior,
 )
-from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes.runtime.tasks import task_seed
 
 from .conftest import save_tiny_bert, small_config, write_config

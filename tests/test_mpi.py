@@ -7,7 +7,7 @@ import pytest
 
 from fedml_fes.config import load_config
 from fedml_fes.errors import FesError
-from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.rundir import make_run_dir
 
 from .conftest import SHARED_AGNEWS, small_config, write_config
 

@@ -20,7 +20,7 @@ from fedml_fes.pseudo.labeler import (
     select_pseudo,
 )
 from fedml_fes.pseudo.store import ClientStore, PseudoLabels
-from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.rundir import make_run_dir
 
 from .conftest import small_config
 

@@ -22,7 +22,7 @@ import pytest
 
 from fedml_fes.config import config_from_dict
 from fedml_fes.runtime.checkpoint import CHECKPOINT_FILE, SNAPSHOT_DIR, load_checkpoint
-from fedml_fes.runtime.job import make_run_dir
+from fedml_fes.runtime.rundir import make_run_dir
 
 from .conftest import small_config, write_config
 

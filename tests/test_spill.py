@@ -101,7 +101,7 @@ def test_an_in_process_run_with_parked_updates_is_the_run_that_holds_them(tmp_pa
     """Same metrics and the same final global model; the updates and the global tensors were
     really read from disk, and none is left in the run folder."""
     from fedml_fes.runtime import spill as spill_mod
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     reads = []

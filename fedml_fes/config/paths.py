@@ -14,7 +14,7 @@ from typing import Any, Mapping
 # valid wherever it is read). Where a run *writes* (common_args.output_dir and cache_dir) is
 # not resolved: `output_dir: runs` puts runs below the directory the command runs in, not
 # inside run_configs/. Defaults (comm_args.mpi_host_file: mpi/mpi_host_file, ...) are not read
-# from a file either: they mean the current directory (runtime.job.make_run_dir stores them
+# from a file either: they mean the current directory (runtime.rundir.make_run_dir stores them
 # absolute against it in the run's config.yaml).
 INPUT_PATH_KEYS: dict[str, tuple[str, ...]] = {
     "data_args": ("data_dir", "train_file", "test_file", "classes_file", "fednlp_data_file", "fednlp_partition_file"),

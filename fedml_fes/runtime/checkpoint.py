@@ -45,8 +45,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..config import RUN_CONFIG_FILE, FesConfig, load_run_config, resolve_paths
 from ..errors import FesError
 
@@ -148,6 +146,8 @@ def load_checkpoint(run_dir: str | os.PathLike) -> dict[str, Any]:
     path = Path(run_dir) / CHECKPOINT_FILE
     if not path.is_file():
         raise FesError(f"nothing to resume: run directory {run_dir} holds no {CHECKPOINT_FILE}")
+    import torch  # here, not at the top: a launcher checks a run folder without torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # truncated or foreign file: say which, in one line
@@ -204,6 +204,8 @@ def snapshot_clients(run_dir: str | os.PathLike, round_idx: int) -> str:
 
 def save_checkpoint(run_dir: str | os.PathLike, round_idx: int, state: dict[str, Any]) -> None:
     """The state after `round_idx`, with a snapshot of the client folders (see the module doc)."""
+    import torch
+
     run_dir = Path(run_dir)
     snap = snapshot_clients(run_dir, round_idx)
     files = {name: (run_dir / name).stat().st_size if (run_dir / name).is_file() else None for name in TRACKED_FILES}

@@ -37,7 +37,7 @@ def primary_metric(cfg: FesConfig) -> str:
 
 
 def default_run_name(cfg: FesConfig) -> str:
-    from ..runtime.job import dataset_label
+    from ..runtime.rundir import dataset_label
 
     s = cfg.split_args
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -45,7 +45,7 @@ def default_run_name(cfg: FesConfig) -> str:
 
 
 def make_split_run_dir(cfg: FesConfig, run_dir: str | None = None, lock: bool = False) -> Path:
-    from ..runtime.job import make_run_dir  # imported here: client ranks need none of its imports
+    from ..runtime.rundir import make_run_dir
 
     name = run_dir or str(Path(cfg.common.output_dir) / (cfg.common.run_name or default_run_name(cfg)))
     return make_run_dir(cfg, name, lock=lock)

@@ -171,7 +171,7 @@ def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dic
     """One run (or the rest of a checkpointed one, `resume`), in this process; its test-set class
     counts go beside it (the majority-class rate)."""
     from fedml_fes.runtime.checkpoint import drop_checkpoint
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     start = time.time()

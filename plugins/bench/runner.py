@@ -273,7 +273,7 @@ def run_bench(
     devices: list[str] | None = None,
     bandwidth: float | None = None,
 ) -> Path:
-    from fedml_fes.runtime.job import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     out = Path(out)

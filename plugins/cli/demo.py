@@ -315,7 +315,7 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
     for method, cfg in configs.items():
         echo(f"--- {LABELS[method]} ({method})")
         run_dir = out / method
-        from fedml_fes.runtime.job import make_run_dir
+        from fedml_fes.runtime.rundir import make_run_dir
 
         make_run_dir(cfg, str(run_dir))
         summary = run_in_process(cfg, run_dir, progress=progress, echo=echo)

@@ -393,7 +393,7 @@ def _main(opts: argparse.Namespace) -> int:
             _print_summary(json.loads((Path(opts.run_dir) / "summary.json").read_text()))
             return 0
         resume = point is not None
-        from fedml_fes.runtime.job import make_run_dir
+        from fedml_fes.runtime.rundir import make_run_dir
 
         if opts.command == "mpirun":
             from fedml_fes_plugins.runtimes.launcher import MpirunJob, run_mpirun

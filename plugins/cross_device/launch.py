@@ -59,9 +59,8 @@ class Child(ServiceChild):
 
 def _effective_config(job: LocalJob, services: list[Service]) -> tuple[Path, Path, Any, Any]:
     from fedml_fes.config import config_from_dict, parse_overrides, read_sections
-    from fedml_fes.runtime.job import make_run_dir
     from fedml_fes.runtime.preview import check_before_run
-    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir, release_run_dir
     from fedml_fes_plugins.cross_device.settings import check_devices, device_settings
 
     raw = read_sections(job.config_path, parse_overrides(job.overrides))

@@ -180,7 +180,8 @@ def run_server(
     import fedml
     from fedml.cross_device import ServerMNN
 
-    from fedml_fes.runtime.job import build_job, make_run_dir
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.cross_device import shims
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 

@@ -67,8 +67,7 @@ def _prepare(
     local services get a throw-away CA and run over TLS unless the config names its own files."""
     from fedml_fes.config import CommConfig, config_from_dict, parse_overrides, read_sections
     from fedml_fes.runtime.checkpoint import check_start
-    from fedml_fes.runtime.job import make_run_dir
-    from fedml_fes.runtime.rundir import check_not_locked, release_run_dir
+    from fedml_fes.runtime.rundir import check_not_locked, make_run_dir, release_run_dir
 
     overrides = parse_overrides(job.overrides)
     raw = read_sections(job.config_path, overrides)

@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def default_run_dir(cfg: Any, role: str, rank: int) -> Path:
-    from fedml_fes.runtime.job import default_run_name
+    from fedml_fes.runtime.rundir import default_run_name
 
     name = cfg.common.run_name or default_run_name(cfg)
     return Path(cfg.common.output_dir) / (name if role == "server" else f"{name}-silo{rank}")
@@ -84,7 +84,8 @@ def run_process(
             return 0
     preflight(settings, opts.rank)
     logging.basicConfig(level=cfg.tracking_args.log_level)
-    from fedml_fes.runtime.job import build_job, make_run_dir
+    from fedml_fes.runtime.job import build_job
+    from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.adapters.offline import contain_s3_cache, offline_fedml_init
     from fedml_fes_plugins.cross_silo.transport import (
         fedml_args,

@@ -29,8 +29,8 @@ def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progre
     methods that read it (prompt models); a head classifier (FedCLS, Pseudo-only) never does."""
     from fedml_fes.pretrain.cache import load_cached_info
     from fedml_fes.pretrain.source import mlm_build_config
-    from fedml_fes.runtime.job import make_run_dir
     from fedml_fes.runtime.methods import get_method
+    from fedml_fes.runtime.rundir import make_run_dir
 
     if not getattr(get_method(cfg.train.method), "prompt", False):
         return

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             raise FesError("--resume needs --run-dir: the run directory of the run to continue")
         logging.basicConfig(level=cfg.tracking_args.log_level)
         logging.getLogger().setLevel(cfg.tracking_args.log_level)
-        from fedml_fes.runtime.job import build_job, make_run_dir
+        from fedml_fes.runtime.job import build_job
+        from fedml_fes.runtime.rundir import make_run_dir
 
         if rank == 0:  # the other ranks wait at the broadcast below while it builds
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
