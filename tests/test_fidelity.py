@@ -255,7 +255,7 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
     assert cfg.train.frequency_of_the_test == 2  # every other round: time to accuracy (Table 4)
     assert cfg.pseudo.per_pass_fraction == 0.083 and cfg.pseudo.labeler in ("paper", "contextual", "aligned")
     # the paper's labeling as a row of its own: `fedfsl@paper` drops what the shared config adds to it
-    assert cfg.pseudo.sample_by_labels and cfg.pseudo.augment_word_dropout > 0
+    assert cfg.pseudo.sample_by_labels and cfg.pseudo.augment_word_dropout > 0 and cfg.pseudo.gold_every_round
     small = load_config(REPO / "run_configs" / "fidelity_small_pools.yaml")  # the earlier regime's 45 runs
     assert small.pseudo.per_pass == 100 and small.pseudo.per_pass_fraction == 0
     assert cfg.model.max_seq_length == 64 and cfg.data.max_test_examples == 300
@@ -284,6 +284,7 @@ def test_fidelity_config_is_one_cheap_config_for_every_method_and_dataset(tmp_pa
     paper = run_config(plans["bbc_news"], "fedfsl@paper", 0)
     assert paper.train.method == "fedfsl" and paper.pseudo.labeler == "paper"
     assert not paper.pseudo.sample_by_labels and paper.pseudo.augment_word_dropout == 0
+    assert not paper.pseudo.gold_every_round
     contextual = run_config(plans["bbc_news"], "fedfsl@contextual", 0)
     assert contextual.pseudo.labeler == "contextual" and contextual.pseudo.sample_by_labels  # the labeler alone
     assert {d: configs[(d, "fes", 0)].data.client_num_in_total for d in plans} == {

@@ -143,7 +143,12 @@ def split_variant(name: str) -> tuple[str, str | None]:
 
 
 # what `method@paper` sets: the paper's labeling (its FedFSL and FeS), whatever the shared config adds
-PAPER_LABELING = {"labeler": "paper", "augment_word_dropout": 0.0, "sample_by_labels": False}
+PAPER_LABELING = {
+    "labeler": "paper",
+    "augment_word_dropout": 0.0,
+    "sample_by_labels": False,
+    "gold_every_round": False,
+}
 
 
 def run_config(plan: BenchPlan, method: str, seed: int) -> FesConfig:

@@ -170,6 +170,8 @@ def labeling_of(p: Any) -> str:
         parts.append(f"word dropout {p.augment_word_dropout:g}")
     if p.sample_by_labels:
         parts.append("drawn by labels")
+    if p.gold_every_round:
+        parts.append("gold clients every round")
     return " + ".join(parts)
 
 

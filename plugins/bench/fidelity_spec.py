@@ -100,6 +100,7 @@ VARYING_KEYS = {
     "pseudo_args.labeler",
     "pseudo_args.augment_word_dropout",
     "pseudo_args.sample_by_labels",
+    "pseudo_args.gold_every_round",
     "common_args.random_seed",
     *PATH_KEYS,
 }

@@ -73,6 +73,7 @@ SHARED: dict[str, dict[str, Any]] = {
         "labeler": "paper",
         "augment_word_dropout": 0.2,
         "sample_by_labels": True,
+        "gold_every_round": True,
         "soft_labels": True,
     },
     "tuning_args": {
