@@ -346,3 +346,50 @@ def test_a_checkpoint_from_before_a_config_key_existed_still_resumes():
     changed = {name: dict(values) for name, values in current.items()}
     changed["adapter_args"]["width"] = 64
     assert config_differences(older, changed) == ["adapter_args.width (None there, 64 here)"]
+
+
+@pytest.mark.parametrize(
+    "error, free, words",
+    [
+        (
+            RuntimeError("[enforce fail at inline_container.cc:671] . unexpected pos 44608 vs 44520"),
+            10**6,
+            "disk is full",
+        ),
+        (OSError(28, "No space left on device"), 10**10, "the disk is full (10,000 MB free)"),
+        (RuntimeError("some other trouble"), 10**10, "RuntimeError: some other trouble"),
+    ],
+)
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_keeps_the_one_before(
+    tmp_path, monkeypatch, error, free, words
+):
+    """A full disk inside torch.save surfaces as "unexpected pos N vs M" (seen in a fidelity run
+    when the disk filled up): the run's error line says what happened, the half-written file is
+    gone and the previous round's checkpoint is still the one a resume reads."""
+    import shutil
+    from collections import namedtuple
+
+    import torch
+
+    from fedml_fes.errors import FesError
+    from fedml_fes.runtime import checkpoint
+
+    run_dir = tmp_path / "run"
+    (run_dir / "clients" / "1").mkdir(parents=True)
+    (run_dir / "clients" / "1" / "pseudo_labels.json").write_text("{}")
+    checkpoint.save_checkpoint(run_dir, 0, {"num_rounds": 3})
+
+    def failing_save(obj, f):
+        f.write(b"partial")
+        raise error
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**12, 10**12 - free, free))
+    with pytest.raises(FesError) as e:
+        checkpoint.save_checkpoint(run_dir, 1, {"num_rounds": 3})
+    assert str(e.value).startswith(f"cannot save round 1's checkpoint in {run_dir}: ") and words in str(e.value)
+    assert str(e.value).endswith("; the previous checkpoint is kept") and "\n" not in str(e.value)
+    assert [p.name for p in run_dir.glob(".checkpoint*")] == []  # no half-written file left
+    monkeypatch.undo()
+    assert load_checkpoint(run_dir)["round"] == 0

@@ -40,13 +40,14 @@ metrics (tested by killing runs with SIGKILL).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from ..config import RUN_CONFIG_FILE, FesConfig, load_run_config, resolve_paths
-from ..errors import FesError
+from ..errors import FesError, one_line
 
 CHECKPOINT_FILE = "checkpoint.pt"
 SNAPSHOT_DIR = "checkpoint_clients"
@@ -54,6 +55,8 @@ CLIENTS_DIR = "clients"
 # the run's append-only records: cut back to their checkpointed sizes on resume
 TRACKED_FILES = ("metrics.csv", "events.log", "client_costs.csv")
 VERSION = 1
+# a checkpoint write that fails with less than this free is put down to a full disk
+LOW_DISK_BYTES = 64 * 2**20
 
 # keys that change where a run writes, how its processes talk, or what a step holds in memory,
 # never its results (gradient checkpointing: the same weights bit for bit, tests/test_causal_lm.py)
@@ -207,16 +210,28 @@ def save_checkpoint(run_dir: str | os.PathLike, round_idx: int, state: dict[str,
     import torch
 
     run_dir = Path(run_dir)
-    snap = snapshot_clients(run_dir, round_idx)
-    files = {name: (run_dir / name).stat().st_size if (run_dir / name).is_file() else None for name in TRACKED_FILES}
-    full = {**state, "version": VERSION, "round": round_idx, "snapshot": snap, "files": files}
     tmp = run_dir / f".{CHECKPOINT_FILE}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(full, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        snap = snapshot_clients(run_dir, round_idx)
+        files = {n: (run_dir / n).stat().st_size if (run_dir / n).is_file() else None for n in TRACKED_FILES}
+        full = {**state, "version": VERSION, "round": round_idx, "snapshot": snap, "files": files}
+        with open(tmp, "wb") as f:
+            torch.save(full, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # a full disk inside torch.save reads "unexpected pos N vs M"
+        tmp.unlink(missing_ok=True)
+        raise FesError(_cannot_save(run_dir, round_idx, e)) from e
     os.replace(tmp, run_dir / CHECKPOINT_FILE)
     _prune_snapshots(run_dir, keep=snap)
+
+
+def _cannot_save(run_dir: Path, round_idx: int, e: BaseException) -> str:
+    """One line for a checkpoint that could not be written; the one before it is untouched."""
+    free = shutil.disk_usage(run_dir).free
+    full = getattr(e, "errno", None) == errno.ENOSPC or free < LOW_DISK_BYTES
+    why = f"the disk is full ({free / 1e6:,.0f} MB free)" if full else one_line(e)
+    return f"cannot save round {round_idx}'s checkpoint in {run_dir}: {why}; the previous checkpoint is kept"
 
 
 def restore_files(run_dir: str | os.PathLike, state: dict[str, Any]) -> None:
