@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -241,3 +242,22 @@ def start_cross_silo_node(cf: Path, role: str, rank: int, run_dir: Path, log: Pa
             stdin=subprocess.DEVNULL,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
+
+
+def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The fedml-fes command's `main` in this process, for cases where the process itself is not
+    under test: a process start imports torch and FedML again (~10 s). The program's own exits,
+    one-line errors and signals are tested through real processes. A run directory the call
+    locked is released, so a later call in this process may use it again."""
+    from fedml_fes.runtime.rundir import release_run_dir
+    from fedml_fes_plugins.cli.main import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse: --help, usage errors
+        code = e.code
+    out = capsys.readouterr()
+    if "--run-dir" in args:
+        release_run_dir(args[args.index("--run-dir") + 1])
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)

@@ -9,28 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, VENV_BIN, small_config, write_config
+from .conftest import REPO, VENV_BIN, cli_here, small_config, write_config
 
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 
 
 def fes(*args, timeout=300, **kw):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def fes_here(capsys, *args) -> subprocess.CompletedProcess:
-    """The command's `main` in this process (what the program calls), for cases where the
-    process itself is not under test: a process start imports torch and FedML again (~11 s).
-    The program's own exits, one-line errors and signals are tested through `fes` above."""
-    from fedml_fes_plugins.cli.main import main
-
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse: --help, usage errors
-        code = e.code
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
 
 
 def test_the_program_answers_help():
@@ -40,7 +25,7 @@ def test_the_program_answers_help():
 
 @pytest.mark.parametrize("sub", [["demo"], ["run"], ["mpirun"]])
 def test_help_on_every_subcommand(capsys, sub):
-    out = fes_here(capsys, *sub, "--help")
+    out = cli_here(capsys, *sub, "--help")
     assert out.returncode == 0 and "usage: fedml-fes" in out.stdout
 
 
@@ -68,7 +53,7 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path, setup, match):
 
 def test_mpirun_rejects_np_below_two(tmp_path, tiny_model_dir, capsys):
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir))
-    out = fes_here(capsys, "mpirun", "-np", "1", "--cf", str(cf))
+    out = cli_here(capsys, "mpirun", "-np", "1", "--cf", str(cf))
     assert out.returncode == 1 and "-np must be at least 2" in out.stderr
     assert not (tmp_path / "runs").exists()  # nothing created for a rejected launch
 
@@ -161,7 +146,7 @@ def test_demo_compares_fes_with_the_baselines(tmp_path):
 
 @pytest.mark.slow  # the real LM, prepared once in the user cache
 def test_demo_dry_run_writes_nothing(tmp_path, capsys):
-    out = fes_here(capsys, "demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
+    out = cli_here(capsys, "demo", "--dry-run", "--output-dir", str(tmp_path / "runs"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "FedCLS, FedFSL, FeS on the same partition" in out.stdout and "gold labels: 64 on" in out.stdout
     assert "Topic:" in out.stdout  # the causal form of the news pattern
@@ -172,7 +157,7 @@ def test_demo_dry_run_writes_nothing(tmp_path, capsys):
 def test_dry_run_checks_and_describes_without_a_run_dir(tmp_path, tiny_model_dir, method, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"method": method}))
-    out = fes_here(capsys, "run", "--cf", str(cf), "--dry-run")
+    out = cli_here(capsys, "run", "--cf", str(cf), "--dry-run")
     assert out.returncode == 0, out.stderr
     assert "gold labels: 32 on 8 client(s)" in out.stdout and f"method: {method}, 3 rounds x 3 clients" in out.stdout
     assert "bytes each way" in out.stdout and ("prompt: " in out.stdout) == (method == "fes")
@@ -189,7 +174,7 @@ def test_dry_run_checks_and_describes_without_a_run_dir(tmp_path, tiny_model_dir
 def test_a_bad_prompt_fails_before_loading_or_writing(tmp_path, tiny_model_dir, prompt, match, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "prompt_only"}, prompt_args=prompt)
-    out = fes_here(capsys, "run", "--cf", str(write_config(tmp_path / "c.yaml", raw)))
+    out = cli_here(capsys, "run", "--cf", str(write_config(tmp_path / "c.yaml", raw)))
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 1 and len(lines) == 1 and match in lines[0], out.stderr
     assert not (tmp_path / "runs").exists()

@@ -24,7 +24,7 @@ from fedml_fes.config import config_from_dict
 from fedml_fes.runtime.checkpoint import CHECKPOINT_FILE, SNAPSHOT_DIR, load_checkpoint
 from fedml_fes.runtime.rundir import make_run_dir
 
-from .conftest import small_config, write_config
+from .conftest import cli_here, small_config, write_config
 
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 TIME_COLUMNS = {"round_wall_s", "client_compute_s_max", "label_compute_s_max"}
@@ -113,19 +113,6 @@ def _cli(args: list[str], env: dict | None = None, timeout: float = 300):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def _main(args: list[str], capsys) -> subprocess.CompletedProcess:
-    """The CLI in this process (imports already paid for): a subprocess only where one is killed."""
-    from fedml_fes.runtime.rundir import release_run_dir
-    from fedml_fes_plugins.cli.main import main
-
-    capsys.readouterr()
-    code = main(args)
-    out = capsys.readouterr()
-    if "--run-dir" in args:
-        release_run_dir(args[args.index("--run-dir") + 1])
-    return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-
 def _assert_same_run(whole: Path, resumed: Path) -> None:
     a, b = _rows(whole / "metrics.csv", TIME_COLUMNS), _rows(resumed / "metrics.csv", TIME_COLUMNS)
     assert len(a) == len(b) and a == b
@@ -164,7 +151,7 @@ def test_fes_killed_at_two_rounds_resumes_to_the_same_metrics(tmp_path, tiny_mod
     assert load_checkpoint(run_dir)["round"] == 2
     assert len(_rows(run_dir / "metrics.csv", set())) == 4  # round 3 recorded, not checkpointed: redone
 
-    out = _main(common + ["--resume"], capsys)
+    out = cli_here(capsys, *common + ["--resume"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "resuming after round 2 of 5" in out.stdout and '"status": "completed"' in out.stdout
     _assert_same_run(whole, run_dir)
@@ -172,7 +159,7 @@ def test_fes_killed_at_two_rounds_resumes_to_the_same_metrics(tmp_path, tiny_mod
     assert events.count("resumed from round 1") == 1 and events.count("resumed from round 3") == 1
     assert [p.name for p in (run_dir / SNAPSHOT_DIR).iterdir()] == ["round-00004"]  # older snapshots pruned
 
-    out = _main(common + ["--resume"], capsys)  # a completed run: said so, nothing changes
+    out = cli_here(capsys, *common + ["--resume"])  # a completed run: said so, nothing changes
     assert out.returncode == 0 and "already completed all 5 rounds" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     _assert_same_run(whole, run_dir)
@@ -200,7 +187,7 @@ def test_fedcls_killed_from_outside_resumes_to_the_same_metrics(tmp_path, tiny_m
 
     # continued from the run folder's own config.yaml (every section, split_args at its defaults)
     own = ["run", "--cf", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--no-progress"]
-    out = _main(own + ["--resume"], capsys)
+    out = cli_here(capsys, *own + ["--resume"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"resuming after round {done} of 5" in out.stdout
     _assert_same_run(whole, run_dir)
@@ -214,7 +201,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     empty.mkdir()
 
     def refused(args, match):
-        out = _main(["run", "--cf", str(cf), *args], capsys)
+        out = cli_here(capsys, *["run", "--cf", str(cf), *args])
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1 and match in lines[0], out.stderr
         assert lines[0].startswith("fedml-fes: error:")
@@ -226,7 +213,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     assert list(empty.iterdir()) == []
 
     run_dir = tmp_path / "run"
-    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys)
+    out = cli_here(capsys, *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"])
     assert out.returncode == 0, out.stderr[-2000:]
     (run_dir / "summary.json").unlink()  # as if killed after its last round's checkpoint
     before = (run_dir / "config.yaml").read_text()
@@ -237,25 +224,16 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     assert (run_dir / "config.yaml").read_text() == before
     # a key that changes no result (the log level) is no difference; a checkpoint of the last
     # round without a summary: the run is closed, no round runs again
-    out = _main(
-        [
-            "run",
-            "--cf",
-            str(cf),
-            "--run-dir",
-            str(run_dir),
-            "--resume",
-            "--no-progress",
-            "--set",
-            "tracking_args.log_level=ERROR",
-        ],
+    out = cli_here(
         capsys,
+        *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--resume", "--no-progress"],
+        *["--set", "tracking_args.log_level=ERROR"],
     )
     assert out.returncode == 0 and '"rounds_completed": 2' in out.stdout, out.stderr[-2000:]
     assert "resuming after round 1 of 2" in out.stdout and not re.search(r"round +\d+: ", out.stdout)
     assert len(_rows(run_dir / "metrics.csv", set())) == 2
     # the run is complete now: a fresh run may reuse its folder
-    out = _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys)
+    out = cli_here(capsys, *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"])
     assert out.returncode == 0, out.stderr[-2000:]
 
 
@@ -265,12 +243,12 @@ def test_a_fresh_run_refuses_a_folder_holding_an_unfinished_run(tmp_path, tiny_m
     raw = small_config(tmp_path, tiny_model_dir, train_args={"comm_round": 2})
     cf = write_config(tmp_path / "c.yaml", raw)
     run_dir = tmp_path / "run"
-    assert _main(["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"], capsys).returncode == 0
+    assert cli_here(capsys, *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"]).returncode == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "interrupted"}))
     before = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
     for command in (["run", "--no-progress"], ["mpirun", "-np", "3"]):
-        out = _main([*command, "--cf", str(cf), "--run-dir", str(run_dir)], capsys)
+        out = cli_here(capsys, *[*command, "--cf", str(cf), "--run-dir", str(run_dir)])
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1, out.stderr[-2000:]
         assert lines[0] == (
@@ -328,7 +306,7 @@ def test_mpirun_names_a_failed_rank_and_resumes_to_the_same_metrics(tmp_path, ti
     assert (summary["status"], summary["error"], summary["rounds_completed"]) == ("failed", m.group(1), 1)
     assert load_checkpoint(run_dir)["round"] == 0
 
-    out = _main(common + ["-np", "2", "--resume"], capsys)
+    out = cli_here(capsys, *common + ["-np", "2", "--resume"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "resuming after round 0 of 3" in out.stdout
     _assert_same_run(whole, run_dir)
