@@ -19,6 +19,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one torch
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Slow tests first (each 10-130 s, most of the suite's time): with `--maxschedchunk 1`
+    (setup.cfg) the workers take them one at a time, longest work first, and the fast tests fill
+    in at the end, so no worker sits idle while the other finishes a long test."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def load_benchmark_script(name: str):
     """benchmarks/<name>.py as a module (the scripts are not a package)."""
     import importlib.util

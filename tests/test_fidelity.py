@@ -860,6 +860,60 @@ def test_a_stop_that_torch_save_turns_into_an_error_stops_the_harness(tmp_path, 
     assert started == ["bbc_news fedfsl s0"]
 
 
+PARALLEL_HARNESS = """
+import os, sys, time
+from pathlib import Path
+from fedml_fes_plugins.bench import fidelity_run
+
+def run_job(cfg, run_dir, tag, resume=False):  # the spawned workers run this file again: theirs too
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / "pid").write_text(str(os.getpid()))
+    time.sleep(300)
+    return {"status": "completed", "final": 0.5}
+
+fidelity_run.run_job = run_job
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    todo = [fidelity_run.Pending("bbc_news", m, 0, None, out / m) for m in ("fedfsl", "fes")]
+    fidelity_run._run_parallel(todo, 2, print)
+"""
+
+
+def test_sigterm_to_the_parallel_harness_stops_its_workers(tmp_path):
+    """`--jobs 2`: a SIGTERM to the harness (a session's end, `kill`) stops the runs in its workers
+    as a SIGINT does; it used to end the harness alone, and its workers ran on, orphaned."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "harness.py"
+    script.write_text(PARALLEL_HARNESS)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    pid_files = [tmp_path / "out" / m / "pid" for m in ("fedfsl", "fes")]
+    deadline = time.monotonic() + 120
+    while not all(f.is_file() and f.read_text() for f in pid_files):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    workers = [int(f.read_text()) for f in pid_files]
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=120)
+    assert "fidelity interrupted during bbc_news fedfsl s0, bbc_news fes s0" in err, err[-2000:]
+
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
+        except (FileNotFoundError, IndexError):
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(map(alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(alive, workers))
+
+
 def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
     rows = _rows(GOOD)
     rows += [{**r, "variant": "fedfsl@paper", "labeler": "paper"} for r in rows if r["method"] == "fedfsl"]

@@ -188,6 +188,7 @@ def test_ensemble_labeler_averages_every_built_in_pattern_with_its_own_words(tmp
     """PET's ensemble: a pass's probabilities are the mean of the model's answers under each
     of the dataset's patterns, each read at its own verbalizer words; the model reads its own
     pattern's words again afterwards."""
+    from fedml_fes.precision import autocast_for
     from fedml_fes.prompt.classifier import predict_proba
     from fedml_fes.pseudo.store import PseudoLabels
     from fedml_fes.runtime.job import build_job
@@ -209,10 +210,14 @@ def test_ensemble_labeler_averages_every_built_in_pattern_with_its_own_words(tmp
     assert inferred == len(client.unlabeled) * len(patterns)  # one inference per pattern, counted
     assert torch.equal(model.verbalizer_ids, own)
 
+    autocast = autocast_for(cfg.common.precision, job.device)  # bfloat16 where the CPU has it, as the pass
+
     def one(view):
         adapter, ids = view
         with model.reading(ids):
-            return predict_proba(model, adapter, client.unlabeled.texts, None, batch_size=8, device=job.device)
+            return predict_proba(
+                model, adapter, client.unlabeled.texts, None, batch_size=8, device=job.device, autocast=autocast
+            )
 
     mean = np.mean([one(v) for v in method.views], axis=0)
     first = labels.example_ids[0]

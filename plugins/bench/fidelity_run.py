@@ -222,6 +222,7 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     import queue as queue_mod
 
     from fedml_fes_plugins.bench.runner import BenchInterrupted
+    from fedml_fes_plugins.runtimes.signals import stop_on_signals
 
     ctx = mp.get_context("spawn")  # no fork after torch has started threads
     results = ctx.Queue()
@@ -235,38 +236,39 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     failed: list[str] = []
     finished = 0
     try:
-        while waiting or any(w["job"] is not None for w in workers):
-            for w in workers:
-                if w["job"] is None and waiting:
-                    i, p = waiting.popleft()
-                    resume = resumable(p, echo)
-                    echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
-                    w["job"] = (i, p, time.time())
-                    w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag, resume))
-            try:
-                key, status = results.get(timeout=5)
-            except queue_mod.Empty:
-                for w in workers:  # a worker that died (killed, out of memory) fails its run
-                    if w["job"] is not None and not w["proc"].is_alive():
-                        i, p, t0 = w["job"]
-                        failed.append(p.tag)
-                        finished += 1
-                        echo(f"[{finished}/{len(todo)}] {p.tag}: worker exited with code {w['proc'].exitcode}")
-                        w["job"] = None
-                        tasks = ctx.Queue()
-                        w["tasks"], w["proc"] = (
-                            tasks,
-                            ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True),
-                        )
-                        w["proc"].start()
-                continue
-            w = next(w for w in workers if w["job"] is not None and w["job"][0] == key)
-            i, p, _ = w["job"]
-            w["job"] = None
-            finished += 1
-            echo(f"[{finished}/{len(todo)}] {_result_line(p, status)}")
-            if status.get("status") != "completed":
-                failed.append(p.tag)
+        with stop_on_signals():  # SIGTERM too: the default action would leave the workers running on
+            while waiting or any(w["job"] is not None for w in workers):
+                for w in workers:
+                    if w["job"] is None and waiting:
+                        i, p = waiting.popleft()
+                        resume = resumable(p, echo)
+                        echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
+                        w["job"] = (i, p, time.time())
+                        w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag, resume))
+                try:
+                    key, status = results.get(timeout=5)
+                except queue_mod.Empty:
+                    for w in workers:  # a worker that died (killed, out of memory) fails its run
+                        if w["job"] is not None and not w["proc"].is_alive():
+                            i, p, t0 = w["job"]
+                            failed.append(p.tag)
+                            finished += 1
+                            echo(f"[{finished}/{len(todo)}] {p.tag}: worker exited with code {w['proc'].exitcode}")
+                            w["job"] = None
+                            tasks = ctx.Queue()
+                            w["tasks"], w["proc"] = (
+                                tasks,
+                                ctx.Process(target=_worker_loop, args=(tasks, results), daemon=True),
+                            )
+                            w["proc"].start()
+                    continue
+                w = next(w for w in workers if w["job"] is not None and w["job"][0] == key)
+                i, p, _ = w["job"]
+                w["job"] = None
+                finished += 1
+                echo(f"[{finished}/{len(todo)}] {_result_line(p, status)}")
+                if status.get("status") != "completed":
+                    failed.append(p.tag)
     except KeyboardInterrupt:
         running = [w["job"][1].tag for w in workers if w["job"] is not None]
         for w in workers:  # SIGTERM: a run marks itself interrupted and its worker exits
