@@ -902,16 +902,9 @@ def test_sigterm_to_the_parallel_harness_stops_its_workers(tmp_path):
     _out, err = proc.communicate(timeout=120)
     assert "fidelity interrupted during bbc_news fedfsl s0, bbc_news fes s0" in err, err[-2000:]
 
-    def alive(pid: int) -> bool:
-        try:
-            return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] != "Z"
-        except (FileNotFoundError, IndexError):
-            return False
+    from .test_cross_silo_integration import _wait_dead
 
-    deadline = time.monotonic() + 30
-    while any(map(alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(map(alive, workers))
+    assert _wait_dead(workers, timeout_s=30) == []  # none left running
 
 
 def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
