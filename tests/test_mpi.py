@@ -91,7 +91,8 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
 def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
     """Labeling + training phases under mpirun equal the in-process run, pseudo labels too, and
     so do the per-client cost rows: FLOPs and bytes depend on shapes only, the same in every
-    runtime."""
+    runtime. With the `agree` labeler (the paper's labeling is the same pass without its filter):
+    round 0's phase carries the gold clients' class sums up, later passes the prototypes down."""
     import csv
 
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
@@ -101,7 +102,7 @@ def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
         tiny_model_dir,
         train_args={"method": "fedfsl", "comm_round": 2},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-        pseudo_args={"label_clients": 3, "per_pass": 10},
+        pseudo_args={"label_clients": 3, "per_pass": 10, "labeler": "agree", "start_round": 1},
     )
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
@@ -130,3 +131,4 @@ def test_fedfsl_two_phase_rounds_match_in_process(tmp_path, tiny_model_dir):
         for name in ("mpi", "local")
     }
     assert costs["mpi"] == costs["local"] and costs["mpi"]
+    assert any(r[1] == "label" and r[0] == "0" and int(r[7]) > 0 for r in costs["mpi"])  # the gold class sums

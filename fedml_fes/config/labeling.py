@@ -63,7 +63,9 @@ class PseudoConfig:
     # flexmatch: as predicted, but the budget goes to the predictions furthest above their class's
     # FlexMatch threshold (Zhang et al. 2021): classes with few confident answers get labels too;
     # classwise: the budget split evenly over the classes, each filled with the texts most probable
-    # for it, hard labels (a class the model never answers still gets its share)
+    # for it, hard labels (a class the model never answers still gets its share); agree: only the
+    # predictions that the gold labels' nearest class prototype in the Sentence-BERT proxy's space
+    # gives too (co-training's second view, pseudo/prototypes.py; gold clients send their class sums once)
     labeler: str = "paper"
     # train on pseudo-labeled texts with each word dropped at this rate (pseudo/augment.py; 0: as
     # labeled). The label comes from the clean text: consistency under a strong augmentation

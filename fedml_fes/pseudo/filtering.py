@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..cost.proxy import EMBEDDINGS_FILE
 from ..errors import FesError
 
 
@@ -125,6 +126,18 @@ class ProxyEmbedder:
         )
 
 
+def pool_embeddings(store_dir: Path, texts: Sequence[str], embedder: ProxyEmbedder) -> np.ndarray:
+    """The proxy's unit-length embeddings of a client's pool (N x D), computed once and kept in
+    the client's folder: the filter and the `agree` labeler's second view read the same file."""
+    store_dir.mkdir(parents=True, exist_ok=True)
+    path = store_dir / EMBEDDINGS_FILE
+    emb = np.load(path) if path.is_file() else None
+    if emb is None or len(emb) != len(texts):
+        emb = embedder.embed(texts)
+        np.save(path, emb)
+    return emb
+
+
 def cached_order(
     store_dir: Path,
     texts: Sequence[str],
@@ -147,12 +160,7 @@ def cached_order(
     if method == "random":
         order = random_order(len(texts), seed)
     else:
-        emb_path = store_dir / "proxy_embeddings.npy"
-        emb = np.load(emb_path) if emb_path.is_file() else None
-        if emb is None or len(emb) != len(texts):
-            emb = embedder.embed(texts)
-            np.save(emb_path, emb)
-        order = vote_k_order(knn_indices(centred(emb), k), rho)
+        order = vote_k_order(knn_indices(centred(pool_embeddings(store_dir, texts, embedder)), k), rho)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, order)
     tmp.replace(path)

@@ -20,13 +20,15 @@ changes what a pick is: each class gets an equal share of the budget, filled wit
 texts that have the highest probability of that class, labeled as it (`select_classwise`). A
 class the model never answers (TREC-6 seed 13: DESC, 0 of 64 test texts predicted after 10
 rounds) is still ranked by its own probability, so it gets labels the argmax never gives it.
+`agree` keeps only predictions that a second, independent view gives too: the nearest class
+prototype of the gold labels in the Sentence-BERT proxy's space (co-training; `prototypes.py`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LABELERS = ("paper", "contextual", "aligned", "ensemble", "flexmatch", "classwise")
+LABELERS = ("paper", "contextual", "aligned", "ensemble", "flexmatch", "classwise", "agree")
 # FlexMatch's (Zhang et al., NeurIPS 2021) fixed threshold tau, which its class thresholds scale
 FLEX_TAU = 0.95
 # Zhao et al.'s content-free inputs: the pattern filled with no content
@@ -36,9 +38,9 @@ CONTENT_FREE = ("N/A", "", "[MASK]")
 def correct_bias(probs: np.ndarray, labeler: str, reference: np.ndarray | None = None) -> np.ndarray:
     """`probs` (N x C) with the label bias divided out, renormalised; `reference` is the model's
     mean distribution on CONTENT_FREE inputs (labeler `contextual`). `paper` and `ensemble`
-    (its views are averaged before this), `flexmatch` and `classwise` (they change the selection):
-    unchanged."""
-    if labeler in ("paper", "ensemble", "flexmatch", "classwise") or len(probs) == 0:
+    (its views are averaged before this), `flexmatch`, `classwise` and `agree` (they change the
+    selection): unchanged."""
+    if labeler in ("paper", "ensemble", "flexmatch", "classwise", "agree") or len(probs) == 0:
         return probs
     if labeler == "contextual":
         if reference is None:

@@ -52,6 +52,11 @@ class LocalTrainer:
         start = time.perf_counter()
         if task.kind == "label":
             return self._label(task, client, start)
+        if task.kind == "prototypes":  # the `agree` labeler's second view: this gold client's class sums
+            params = job.method.gold_class_sums(client)
+            flops = proxy_embedding_flops(job.cfg.filter.proxy_model, client.gold_texts, job.cfg.model.max_seq_length)
+            metrics = {"compute_s": time.perf_counter() - start, "cost_filter_flops": flops}
+            return ClientUpdate(task.round_idx, task.client_id, params, 0.0, metrics)
         trial = "trial" in task.options  # a pacing trial trains on the trial's labels only
         pseudo = job.store.load_pseudo(client.client_id, trial) if job.method.uses_pseudo else None
         # a method whose configuration varies per task (AutoFedNLP's adapter views) trains

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,9 +53,10 @@ from ..prompt.classifier import (
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
 from ..pseudo.augment import drop_words
-from ..pseudo.filtering import ProxyEmbedder, cached_order
+from ..pseudo.filtering import ProxyEmbedder, cached_order, pool_embeddings
 from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, select_classwise, select_pseudo
 from ..pseudo.pacing import budget_target
+from ..pseudo.prototypes import agreeing, class_sums
 from ..pseudo.store import PseudoLabels
 from ..tuning.adapters import adapter_plan, add_adapters, capacity_plan
 from ..tuning.autoconfig import (
@@ -395,9 +397,16 @@ class FewShot:
             soft = np.eye(probs.shape[1])[picked]
         else:
             thresholds = flexible_thresholds(probs) if p.labeler == "flexmatch" else None
-            keep = select_pseudo(
-                probs, target, p.confidence_threshold, p.class_balance, list(client.gold_labels), thresholds
-            )
+            # agree: only where the gold labels' nearest prototype gives the same class (co-training)
+            able = np.arange(len(probs))
+            if p.labeler == "agree" and options.get("prototypes") is not None:
+                emb = pool_embeddings(store_dir, pool.texts, self._embedder)[candidates]
+                able = np.flatnonzero(agreeing(probs, emb, options["prototypes"]))
+            keep = able[
+                select_pseudo(
+                    probs[able], target, p.confidence_threshold, p.class_balance, list(client.gold_labels), thresholds
+                )
+            ]
             picked, soft = probs[keep].argmax(axis=1), probs[keep]
         labels = PseudoLabels(
             example_ids=[int(pool.example_ids[candidates[i]]) for i in keep],
@@ -406,6 +415,11 @@ class FewShot:
             passes=previous.passes + 1,
         )
         return labels, inferred
+
+    def gold_class_sums(self, client: ClientData) -> OrderedDict[str, torch.Tensor]:
+        """This gold client's share of the `agree` labeler's prototypes: its gold texts' proxy
+        embeddings summed per class (pseudo/prototypes.py)."""
+        return class_sums(self._embedder.embed(client.gold_texts), client.gold_labels, self.num_classes)
 
     @staticmethod
     def _infer_view(model, view, infer, texts_a, texts_b) -> np.ndarray:

@@ -28,6 +28,7 @@ from ..data.federated import FederatedData
 from ..data.readers import LabeledTexts, stratified_subsample
 from ..errors import FesError
 from ..pseudo.pacing import Pacing, PacingConfigurator, parse_grid
+from ..pseudo.prototypes import GoldPrototypes
 from ..report.client_costs import ClientCostLog, cost_row
 from ..report.metrics import RunRecorder
 from ..tuning.autoconfig import AdapterView, expand_update, slice_update
@@ -175,8 +176,7 @@ class RoundServer:
         self.initial = self.aggregator.test(job.data.test, job.device, self.cfg.flat_args())
         self.last_test = _class_details(self.initial)  # per-class accuracy, confusion, majority rate
         self.last_scores = {k: v for k, v in self.initial.items() if k not in CLASS_DETAILS}
-        # the global tensors as last set here (clients may train on the same model object in
-        # process): what updates are checked against and measured from
+        # the global tensors as last set here (in process clients may train the same model object)
         self._global = self.aggregator.get_model_params()
         self._park: Callable[[Any], Any] = _as_is
         self._setup_pacing()
@@ -194,6 +194,7 @@ class RoundServer:
         self._trial_of: dict[int, int] = {}  # this round: client id -> index of its running trial
         self._trial_counts: dict[int, int] = {}  # pseudo labels each trial client holds
         self._trainers: list[int] = []  # this round's training sample, drawn in plan_labeling
+        self.prototypes = GoldPrototypes(self.cfg.pseudo.labeler == "agree", list(self._gold_counts))
         self.pacer: PacingConfigurator | None = None
         self.val_set = (
             gold_validation_set(self.job.data, pc.val_examples, self.cfg.common.random_seed)
@@ -245,6 +246,7 @@ class RoundServer:
             "fraction": self.fraction,
             "last_event": self._last_event,
             "trial_counts": {int(c): int(n) for c, n in self._trial_counts.items()},
+            "prototypes": self.prototypes.value,
             "pacer": self.pacer.state_dict() if self.pacer is not None else None,
             "last_val": self.last_val,
             "initial_val": self.initial_val,
@@ -262,6 +264,7 @@ class RoundServer:
         self.pseudo_counts = dict(state["pseudo_counts"])
         self.events, self.fraction, self._last_event = state["events"], state["fraction"], state["last_event"]
         self._trial_counts = dict(state["trial_counts"])
+        self.prototypes.value = state.get("prototypes")
         if self.pacer is not None and state["pacer"] is not None:
             self.pacer.load_state_dict(state["pacer"])
         self.last_val, self.initial_val = state["last_val"], state["initial_val"]
@@ -364,17 +367,18 @@ class RoundServer:
             rng = np.random.default_rng([seed, round_idx, 2])
             chosen = sorted(int(c) for c in rng.choice(pool, size=k, replace=False)) if k else []
             self.events, self._last_event = self.events + 1, round_idx
-            options = {}
+            options = self.prototypes.options({})
             if pacing is not None:
                 self.fraction += pacing.k / 100.0
-                options = {"fraction": self.fraction}
+                options["fraction"] = self.fraction
             tasks += [ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in chosen]
         # the training sample is drawn now (the same draw as after labeling: every labeler
         # ends with labels), so that trials can take the clients the main model leaves idle
         self._trainers = self.sample_clients(round_idx, also=chosen, busy=busy)
         if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
             tasks += self._plan_trial_labeling(round_idx, set(chosen) | set(self._trainers), before)
-        return tasks
+        gold = self.prototypes.wanted({t.client_id for t in tasks})  # labeler agree: gold clients' class sums
+        return tasks + [ClientTask(round_idx, c, "prototypes", task_seed(seed, round_idx, c)) for c in gold]
 
     def _plan_trial_labeling(self, round_idx: int, main: set[int], fraction: float) -> list[ClientTask]:
         """Start waiting trials on idle clients: neither labeling nor training for the main
@@ -389,7 +393,8 @@ class RoundServer:
             self._trial_of.update({c: i for c in trial.group})
             if trial.labels_in(round_idx):
                 events = (round_idx - trial.start_round) // trial.config.f + 1
-                options = {"fraction": trial.fraction + events * trial.config.k / 100.0, "trial": i}
+                fraction = trial.fraction + events * trial.config.k / 100.0
+                options = self.prototypes.options({"fraction": fraction, "trial": i})
                 tasks += [
                     ClientTask(round_idx, c, "label", task_seed(seed, round_idx, c), dict(options)) for c in trial.group
                 ]
@@ -397,8 +402,11 @@ class RoundServer:
 
     def finish_labeling(self, round_idx: int, results: list[ClientUpdate]) -> None:
         results = sorted(results, key=lambda u: u.client_id)
-        down = payload_bytes(self.global_params())
-        self.cost_log.append([cost_row(round_idx, "label", r.client_id, r.metrics, down, 0) for r in results])
+        down = payload_bytes(self.global_params()) + self.prototypes.bytes_down
+        self.cost_log.append(  # up: a gold client's class sums (labeler agree); a labeling pass sends no tensors
+            [cost_row(round_idx, "label", r.client_id, r.metrics, down, payload_bytes(r.params)) for r in results]
+        )
+        results = self.prototypes.absorb(results)
         for r in results:
             if r.client_id in self._trial_of:
                 self._trial_counts[r.client_id] = int(r.metrics.get("pseudo_count", 0))

@@ -20,7 +20,7 @@ class ClientTask:
 
     round_idx: int
     client_id: int
-    kind: str  # "label" (pseudo-labeling pass) | "train" | "mlm"
+    kind: str  # "label" (pseudo-labeling pass) | "train" | "mlm" | "prototypes" (a gold client's class sums)
     seed: int
     options: dict = field(default_factory=dict)  # e.g. the pacing's k for a labeling pass
 
