@@ -58,7 +58,7 @@ def test_fedfsl_with_the_agree_labeler_keeps_only_labels_the_gold_prototypes_giv
     """In process: round 0's labeling phase asks the gold clients for their class sums (counted as
     upload, their embedding as on-device compute); every later pass receives the prototypes
     (counted as download) and keeps only predictions whose nearest prototype agrees; the
-    checkpoint holds them, so a resumed run labels alike."""
+    checkpoint holds them (what a resumed run's passes read)."""
     from fedml_fes.runtime.checkpoint import load_checkpoint
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
