@@ -225,6 +225,11 @@ CASES = [
     ("pacing eta 0", keys(pacing_args={"eta": 0}), "pacing_args.eta must be > 0"),
     ("pacing val_examples negative", keys(pacing_args={"val_examples": -1}), "pacing_args.val_examples must be >= 0"),
     ("pacing val_holdout 1", keys(pacing_args={"val_holdout": 1}), "pacing_args.val_holdout must be in [0, 1), got 1"),
+    (
+        "pacing trial_baseline",
+        keys(pacing_args={"trial_baseline": "test"}),
+        "pacing_args.trial_baseline must be previous_model or round_model, got 'test'",
+    ),
     ("round_timeout_s 0", keys(comm_args={"round_timeout_s": 0}), "comm_args.round_timeout_s must be > 0"),
     (
         "worker_timeout_s .inf",

@@ -719,28 +719,28 @@ def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():
     assert not is_inert("model_args.max_seq_length", inert_keys("fedcls", "full"))
 
 
-def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_model_dir):
-    """AUG-E's delta_acc for a trial: the round's main updates plus the trial group's, from the
-    global model; never the trial group's few pseudo labels alone."""
+def _one_trial_round(tmp_path, tiny_model_dir, baseline: str) -> dict:
+    """Round 0 of a tiny FeS run with two pacing trials: the aggregations' senders, each trial's
+    gain, the validation before and after the round and the new global tensors."""
     from fedml_fes.report.metrics import RunRecorder
     from fedml_fes.runtime.client import LocalTrainer
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.server import FedAvgCore, RoundServer
 
     raw = small_config(
-        tmp_path,
+        tmp_path / baseline,
         tiny_model_dir,
         train_args={"method": "fes", "comm_round": 2, "client_num_per_round": 2},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001, "client_num_in_total": 12},
         tuning_args={"full_layers": 0, "bias_layers": 1},
         filter_args={"knn": 5},
         pseudo_args={"start_round": 0},
-        pacing_args={"grid": ["1,2,10", "1,1,20"]},
+        pacing_args={"grid": ["1,2,10", "1,1,20"], "trial_baseline": baseline, "val_signal": "log_likelihood"},
     )
     cfg = config_from_dict(raw)
     run_dir = make_run_dir(cfg)
     job = build_job(cfg, "both", run_dir)
-    calls = []
+    calls, gains = [], {}
 
     class Recording(FedAvgCore):
         def aggregate(self, raw, senders=None, on_reject=None, reference=None):
@@ -748,18 +748,46 @@ def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_mo
             return super().aggregate(raw, senders, on_reject, reference)
 
     server = RoundServer(job, Recording(job), RunRecorder(run_dir, "test_acc"))
+    finish = server.pacer.finish_trial_round
+    server.pacer.finish_trial_round = lambda r, g: (gains.update(g), finish(r, g))[1]
     trainer = LocalTrainer(job)
     params = server.global_params()
     server.finish_labeling(0, _play(trainer, job, params, server.plan_labeling(0)))
     tasks = server.plan(0)
-    trials = {t.client_id for t in tasks if "trial" in t.options}
-    main = {t.client_id for t in tasks if "trial" not in t.options}
-    assert trials and main
+    before = server.last_val
     server.finish_round(0, _play(trainer, job, params, tasks))
-    main_names = {f"client {c}" for c in main}
-    trial_calls = [c for c in calls if {f"client {t}" for t in trials} & set(c)]
-    assert trial_calls and all(main_names <= set(c) for c in trial_calls)
-    assert set(calls[-1]) == main_names  # the global model: the main updates only
+    return {
+        "calls": calls,
+        "trials": {t.client_id for t in tasks if "trial" in t.options},
+        "main": {t.client_id for t in tasks if "trial" not in t.options},
+        "gains": gains,
+        "before": before,
+        "after": server.last_val,
+        "global": {k: v.clone() for k, v in server.global_params().items()},
+    }
+
+
+def test_a_pacing_trial_is_scored_with_the_rounds_main_updates(tmp_path, tiny_model_dir):
+    """AUG-E's delta_acc for a trial: the round's main updates plus the trial group's, from the
+    global model; never the trial group's few pseudo labels alone. Its baseline: the model the
+    round started from, or (round_model) the one the round gives without any trial, so that
+    trials of different rounds are not ranked by their round. The global model is the same."""
+    runs = {b: _one_trial_round(tmp_path, tiny_model_dir, b) for b in ("previous_model", "round_model")}
+    prev, paired = runs["previous_model"], runs["round_model"]
+    assert prev["trials"] and prev["main"] and prev["trials"] == paired["trials"]
+    main_names = {f"client {c}" for c in prev["main"]}
+    for run in runs.values():
+        trial_calls = [c for c in run["calls"] if {f"client {t}" for t in run["trials"]} & set(c)]
+        assert trial_calls and all(main_names <= set(c) for c in trial_calls)
+    assert set(prev["calls"][-1]) == main_names  # the global model after the trials: main updates only
+    assert set(paired["calls"][0]) == main_names  # round_model: the round's global model first
+    assert prev["gains"].keys() == paired["gains"].keys() and prev["gains"]
+    for i, gain in prev["gains"].items():  # the same trial model, two baselines
+        assert gain + prev["before"] == pytest.approx(paired["gains"][i] + paired["after"], abs=1e-6)
+    assert prev["before"] == paired["before"] and prev["after"] == pytest.approx(paired["after"])
+    assert abs(prev["after"] - prev["before"]) > 1e-4  # else the two baselines could not be told apart
+    for name, tensor in prev["global"].items():
+        assert torch.equal(tensor, paired["global"][name]), name
 
 
 def test_loading_the_filtering_proxy_prints_no_weight_loading_bar(capfd):

@@ -196,6 +196,10 @@ class PacingConfig:
     # or log_likelihood, the mean log-probability of the true labels, which still moves when every
     # held-out label is already predicted right (16 labels from one or two skewed clients)
     val_signal: str = "accuracy"
+    # what a trial's gain is measured against: previous_model, the global model the round started
+    # from (the round's own progress is in every trial's gain, so trials of different rounds rank
+    # by their round), or round_model, the model the round gives without the trial's group
+    trial_baseline: str = "previous_model"
 
 
 def validate_pacing(pa: PacingConfig) -> None:
@@ -214,6 +218,10 @@ def validate_pacing(pa: PacingConfig) -> None:
     check(
         pa.val_signal in ("accuracy", "log_likelihood"),
         f"pacing_args.val_signal must be accuracy or log_likelihood, got '{pa.val_signal}'",
+    )
+    check(
+        pa.trial_baseline in ("previous_model", "round_model"),
+        f"pacing_args.trial_baseline must be previous_model or round_model, got '{pa.trial_baseline}'",
     )
     check(pa.val_examples >= 0, f"pacing_args.val_examples must be >= 0 (0: all gold labels), got {pa.val_examples}")
     if pa.grid is not None and not isinstance(pa.grid, list):

@@ -178,7 +178,7 @@ class RoundServer:
         self.last_scores = {k: v for k, v in self.initial.items() if k not in CLASS_DETAILS}
         # the global tensors as last set here (in process clients may train the same model object)
         self._global = self.aggregator.get_model_params()
-        self._park: Callable[[Any], Any] = _as_is
+        self._park: Callable[[Any], Any] = lambda params: params  # a spilling runtime parks them on disk
         self._setup_pacing()
         self._setup_configurator()
 
@@ -510,11 +510,11 @@ class RoundServer:
         return kept, (self.aggregator.on_after_aggregation(new) if kept else None)
 
     def _score_trials(
-        self, round_idx: int, trial_updates: list[ClientUpdate], reference, main: list[ClientUpdate]
+        self, round_idx: int, trial_updates: list[ClientUpdate], reference, main: list[ClientUpdate], baseline: float
     ) -> list[ClientUpdate]:
         """Each running trial's group updates, averaged with the round's main updates into a
         throw-away model from the global one: the round as it would have been had the trial's
-        configuration labeled too. Its gain over the global model on the gold validation set
+        configuration labeled too. Its validation minus `baseline` (pacing_args.trial_baseline)
         feeds the trial's AUG-E. (A trial group alone holds a few pseudo labels and no gold
         label: averaged on their own, every configuration scored a loss and AUG-E ranked the
         costliest first.) Returns the trial updates the aggregator kept."""
@@ -528,7 +528,7 @@ class RoundServer:
                 kept += [u for u in ok if u.client_id in {m.client_id for m in mine}]
                 if new is not None:
                     self.aggregator.set_model_params(new)
-                    gains[i] = self._validate() - self.last_val
+                    gains[i] = self._validate() - baseline
         self.aggregator.set_model_params(reference)
         for event in self.pacer.finish_trial_round(round_idx, gains):
             self.recorder.log_event(f"round {round_idx}: {event}")
@@ -616,9 +616,13 @@ class RoundServer:
         pacing_used = str(self.current_pacing()) if self.current_pacing() is not None else ""
         new = None
         if accepted:
-            if self.pacer is not None and self.pacer.running:
-                trial_updates = self._score_trials(round_idx, trial_updates, reference, accepted)
+            due = self.pacer is not None and self.pacer.running
+            if due and self.cfg.pacing.trial_baseline == "previous_model":
+                trial_updates = self._score_trials(round_idx, trial_updates, reference, accepted, self.last_val)
             accepted, new = self._aggregate(round_idx, accepted, reference)  # the robust screen may reject more
+            if due and new is not None and self.cfg.pacing.trial_baseline == "round_model":  # the round alone
+                self.aggregator.set_model_params(new)
+                trial_updates = self._score_trials(round_idx, trial_updates, reference, accepted, self._validate())
         travelled = (configured or accepted) + trial_updates  # every update the round received and used
         ok = {id(u) for u in accepted + trial_updates + configured}
         self.cost_log.append(
@@ -689,12 +693,6 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, (np.ndarray, np.generic)):
-        return value.tolist()
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (np.ndarray, np.generic, torch.Tensor)):
         return value.tolist()
     return value
-
-
-def _as_is(params: Any) -> Any:
-    return params
