@@ -75,7 +75,7 @@ def table(roots: list[Path]) -> str:
                 continue
             m = measure(run_dir)
             lines.append(
-                f"| {run_dir.parent.parent.name} {run_dir.name} | {m['trials']} ({m['rounds']}) | {m['within']:.4f} | "
+                f"| {root.name} {run_dir.parent.parent.name} {run_dir.name} | {m['trials']} ({m['rounds']}) | {m['within']:.4f} | "
                 f"{m['between']:.4f} | {' then '.join(m['chosen']) or '-'} | {m['events']} | {m['pseudo']} | "
                 f"{100 * m['acc']:.1f} |"
             )

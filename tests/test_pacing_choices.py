@@ -39,7 +39,7 @@ def test_the_table_and_a_missing_folder(tmp_path, capsys):
     _run(tmp_path)
     out = tmp_path / "pacing.md"
     assert script.main([str(tmp_path / "res"), "--out", str(out)]) == 0
-    row = next(x for x in out.read_text().splitlines() if x.startswith("| trec fes-s10 |"))
+    row = next(x for x in out.read_text().splitlines() if x.startswith("| res trec fes-s10 |"))
     assert "| 3 (2) | 0.0091 |" in row and "<f=5, n=4, k=1%> then <f=1, n=4, k=4%>" in row and row.endswith("| 75.0 |")
     capsys.readouterr()
     assert script.main([str(tmp_path / "nowhere")]) == 1
