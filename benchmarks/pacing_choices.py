@@ -7,9 +7,9 @@ fidelity harness's layout): how many trials ran, in how many rounds, the spread 
 delta_acc *within* a round (configurations trialled side by side) against the spread *between*
 rounds (the same gain measured from a different global model), the configurations chosen, the
 labeling events that followed and the pseudo labels held at the end. A trial's gain is the
-round's validation after averaging its group in, minus the previous global model's: when the
-spread between rounds dwarfs the spread within one, the ranking says which round a
-configuration was trialled in more than what it labels.
+round's validation after averaging its group in, minus `pacing_args.trial_baseline`'s (by
+default the previous global model's): when the spread between rounds dwarfs the spread within
+one, the ranking says which round a configuration was trialled in more than what it labels.
 """
 
 from __future__ import annotations
