@@ -178,6 +178,9 @@ def small_config(tmp_path: Path, model_dir: str, **sections) -> dict:
             "max_train_examples": 400,
         },
         "model_args": {"model": model_dir, "max_seq_length": 32},
+        # the tiny model as FeS's filtering proxy (mean pooling): 0.2 s for a run's pools instead
+        # of 5 s with the packaged MiniLM, which test_fes.py's own proxy test loads
+        "filter_args": {"proxy_model": model_dir},
         "train_args": {
             "method": "fedcls",
             "comm_round": 3,
