@@ -94,6 +94,24 @@ def test_bias_plan_adds_zero_biases_to_bias_free_layers_and_only_they_travel(tok
     assert "lm.model.embed_tokens.weight" in frozen and "lm.model.norm.weight" in frozen
 
 
+def test_norm_gains_train_only_in_the_plans_bias_layers_and_above(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    plan = plan_for(num_layers(model), 0, -1)  # layer 2 of 3 bias-only
+    add_zero_biases(model, "plan", plan)
+    biases_only = apply_tuning(model, "plan", plan)
+    assert apply_tuning(model, "plan", plan, norm_gains=True) == biases_only + 3 * 32  # 2 norms + the final
+    sent = trainable_state(model)
+    gains = {n for n in sent if n.endswith("norm.weight")}
+    assert gains == {
+        "lm.model.layers.2.input_layernorm.weight",
+        "lm.model.layers.2.post_attention_layernorm.weight",
+        "lm.model.norm.weight",
+    }
+    assert not any(n.endswith("proj.weight") for n in sent)  # no linear weight trains
+    apply_tuning(model, "bias", None, norm_gains=True)  # BitFit over every layer: biases only
+    assert not any(n.endswith("norm.weight") for n in trainable_state(model))
+
+
 def test_bitfit_mode_adds_biases_in_every_layer(tok, lm):
     model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
     assert add_zero_biases(model, "bias") == 3 * 7

@@ -143,6 +143,10 @@ class TuningConfig:
     # comes from the activation cache), and a bias-only model needs many more of them than
     # a fully tuned one to fit the same labels (BitFit). 0: train_args.epochs
     bias_epochs: int = 0
+    # FeS's bias-only layers also train their normalization gains (LN-tuning): on a model
+    # without norm biases (RMSNorm: Llama, SmolLM2) the closest analogue of the LayerNorm
+    # bias BitFit trains on RoBERTa. A few hundred values per norm: upload stays tiny.
+    norm_gains: bool = False
 
 
 def validate_tuning(tu: TuningConfig) -> None:

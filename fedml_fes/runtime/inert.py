@@ -21,6 +21,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     inert = {"tuning_args"} if mode == "full" else set()
     if mode != "bias":  # only BitFit over every layer reads it
         inert.add("tuning_args.all_bias_learning_rate")
+    if mode != "plan":  # only FeS's layer plan trains norm gains
+        inert.add("tuning_args.norm_gains")
     if mode not in ADAPTER_KINDS:
         inert.add("adapter_args")
     else:  # adapters read only the activation cache's switch from tuning_args

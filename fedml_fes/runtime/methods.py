@@ -261,7 +261,7 @@ class FewShot:
             self.views = ensemble_views(cfg, classes, tokenizer)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
-        apply_tuning(model, mode, plan)
+        apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
             model.class_bias.requires_grad_(cfg.prompt.train_class_bias)

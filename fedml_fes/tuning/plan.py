@@ -114,16 +114,32 @@ def add_zero_biases(model: nn.Module, mode: str, plan: LayerPlan | None = None) 
     return added
 
 
-def apply_tuning(model: nn.Module, mode: str, plan: LayerPlan | None = None) -> int:
-    """Set requires_grad by mode ('full', 'bias', or 'plan' with `plan`); returns trainable count."""
+def norm_gain_names(model: nn.Module) -> frozenset[str]:
+    """The weights (gains) of every normalization module: LayerNorm, Llama/Qwen/Gemma RMSNorm,
+    T5's LayerNorm. Found by module type, not parameter name, so any architecture's norms count."""
+    return frozenset(
+        f"{mod_name}.{p_name}" if mod_name else p_name
+        for mod_name, module in model.named_modules()
+        if isinstance(module, nn.LayerNorm) or type(module).__name__.endswith(("RMSNorm", "LayerNorm"))
+        for p_name, _ in module.named_parameters(recurse=False)
+        if p_name == "weight"
+    )
+
+
+def apply_tuning(model: nn.Module, mode: str, plan: LayerPlan | None = None, norm_gains: bool = False) -> int:
+    """Set requires_grad by mode ('full', 'bias', or 'plan' with `plan`); returns trainable count.
+    norm_gains (plan only): the bias-only layers train their normalization gains too, as
+    LN-tuning does; on RMSNorm models (no norm bias) they are the analogue of the LayerNorm
+    bias that BitFit trains on RoBERTa."""
     if mode not in ("full", "bias", "plan"):
         raise FesError(f"tuning mode must be full, bias or plan, got '{mode}'")
     if mode == "plan" and plan is None:
         raise FesError("tuning mode 'plan' needs a LayerPlan")
+    gains = norm_gain_names(model) if norm_gains and mode == "plan" else frozenset()
     count = 0
     for name, p in model.named_parameters():
         m = _param_mode(name, plan if mode == "plan" else None, mode)
-        train = m == "full" or (m == "bias" and name.endswith("bias"))
+        train = m == "full" or (m == "bias" and (name.endswith("bias") or name in gains))
         p.requires_grad_(train)
         count += p.numel() if train else 0
     if count == 0:
