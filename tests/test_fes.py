@@ -707,6 +707,10 @@ def test_the_every_layer_bias_rate_is_read_by_fedfsl_bias_alone():
     for method in ("fes", "fes_no_dc", "fedfsl", "prompt_only", "adapter"):
         assert is_inert("tuning_args.all_bias_learning_rate", inert_keys(method, "full")), method
     assert not is_inert("tuning_args.bias_learning_rate", inert_keys("fes", "full"))
+    # norm gains train only in a layer plan's bias-only layers: FeS reads them, BitFit does not
+    assert not is_inert("tuning_args.norm_gains", inert_keys("fes", "full"))
+    for method in ("fedfsl_bias", "fedfsl", "adapter"):
+        assert is_inert("tuning_args.norm_gains", inert_keys(method, "full")), method
 
 
 def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():
