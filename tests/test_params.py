@@ -122,6 +122,22 @@ def test_out_of_line_update_is_rejected_by_the_median_bound_and_0_turns_it_off()
     assert screen_updates(raw[2:], glob, None, norm_factor=10.0) == ([0, 1], [])
 
 
+def test_the_median_screen_is_off_by_default_so_a_gold_clients_large_update_is_averaged():
+    """Few-shot FL: the one client with gold labels moves the model many times more than the
+    pseudo-label clients; the default config must not reject it as an outlier."""
+    from fedml_fes.config import config_from_dict
+
+    factor = config_from_dict({}).train.robust_norm_factor
+    assert factor == 0
+    model = _model()
+    core = _core(model, norm_factor=factor)
+    glob = core.get_model_params()
+    raw = [(1.0, _nudged(glob, 0.001, s)) for s in range(4)] + [(8.0, _nudged(glob, 0.5, 9))]
+    core.aggregate(raw, senders=[f"client {i}" for i in range(5)])
+    assert core.last_rejected == []
+    assert screen_updates(raw, glob)[0] == [0, 1, 2, 3, 4]  # the function's own default too
+
+
 def test_calling_aggregate_directly_with_a_nan_update_rejects_it(caplog):
     model = _model()
     core = _core(model)

@@ -72,8 +72,8 @@ def test_screen_and_fedavg_over_parked_updates_match_in_memory_bit_for_bit(tmp_p
     reference = OrderedDict((k, torch.zeros_like(v)) for k, v in updates[0].params.items())
     held = [(u.weight, u.params) for u in updates]
     parked = [(u.weight, spill.keep(u).params) for u in updates]
-    kept_h, rejected_h = screen_updates(held, reference)
-    kept_p, rejected_p = screen_updates(parked, reference)
+    kept_h, rejected_h = screen_updates(held, reference, norm_factor=10.0)
+    kept_p, rejected_p = screen_updates(parked, reference, norm_factor=10.0)
     assert kept_h == kept_p == [0, 1, 2, 3] and [i for i, _ in rejected_p] == [4]
     avg_h = fedavg([held[i] for i in kept_h])
     avg_p = fedavg([parked[i] for i in kept_p])

@@ -103,7 +103,7 @@ def fedavg(weighted: list[tuple[float, "OrderedDict[str, torch.Tensor]"]]) -> "O
 # to the current global tensors, over every trainable tensor. Two bounds, both documented:
 #   absolute: a change that is non-finite or over ABSOLUTE_NORM_FACTOR x max(1, the global's
 #     norm) is rejected whatever the round (a finite 1e30 everywhere is no training step);
-#   relative: with at least MIN_UPDATES_FOR_MEDIAN valid updates, a change over
+#   relative (opt-in): with at least MIN_UPDATES_FOR_MEDIAN valid updates, a change over
 #     norm_factor x the median change of those updates is rejected (0: off; a median of 0,
 #     every client sending the global back, disables it for that aggregation).
 ABSOLUTE_NORM_FACTOR = 1e6
@@ -159,7 +159,7 @@ def screen_updates(
     raw: list,
     reference: "OrderedDict[str, torch.Tensor]",
     senders: "list[str] | None" = None,
-    norm_factor: float = 10.0,
+    norm_factor: float = 0.0,
 ) -> tuple[list[int], list[tuple[int, str]]]:
     """Which of `raw`'s (weight, tensors) entries may be averaged into `reference` (the current
     global tensors): the indices kept, in order, and (index, one-line reason) per rejection.
