@@ -219,9 +219,6 @@ def test_demo_uses_the_fidelity_benchmarks_shared_settings(tmp_path):
         "model_args.mlm_on_job_data",
         "train_args.method",
         "data_args.data_dir",
-        # the benchmark keeps the update screen on until its matrix is re-run without it; the
-        # demo runs the product's default (off); no update of the demo's runs was ever rejected
-        "train_args.robust_norm_factor",
     }
     import argparse
 

@@ -355,14 +355,11 @@ def test_the_example_trains_as_the_fidelity_benchmarks_shared_config():
         "common_args.torch_threads",
         "common_args.output_dir",
     }
-    # the benchmark keeps the update screen on until its matrix is re-run without it; the
-    # example, like the demo, runs the product's default (off: it rejects gold clients' updates)
-    screen = {"train_args.robust_norm_factor"}
     differ = [
         f"{s}.{k}"
         for s in shared
         if s != "cost_args"
         for k in shared[s]
-        if f"{s}.{k}" not in own | evaluation | screen and example[s][k] != shared[s][k]
+        if f"{s}.{k}" not in own | evaluation and example[s][k] != shared[s][k]
     ]
     assert differ == []
