@@ -75,8 +75,8 @@ class TrainConfig:
     # rejected and logged, never averaged. Off by default because in few-shot FL the clients
     # that hold gold labels are the outliers by design: their updates are many times the
     # pseudo-label clients' (which the model already agrees with), and at 10x the screen
-    # rejected a gold client's update in 12 of the 62 committed benchmark runs that log
-    # their rounds (docs/BENCHMARK.md). 0: off; the absolute bound always applies (a non-finite change, or
+    # rejected a gold client's update in 13 of the committed benchmark runs
+    # (docs/BENCHMARK.md). 0: off; the absolute bound always applies (a non-finite change, or
     # one over 1e6 x the global's norm). See fedml_fes/tuning/params.py screen_updates.
     robust_norm_factor: float = 0.0
     # Class-balanced loss on a client's gold labels: each gold example weighted by
