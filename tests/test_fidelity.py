@@ -913,3 +913,75 @@ def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
     text = fid.render(rows, "x", "2026-11-30 10:00", tmp_path, {})
     assert "Completed runs: 45 (the full matrix is 54: " in text
     assert "seeds 0, 1, 2), and 9 runs of `method@labeler` rows." in text
+
+
+# ---- one writer per run folder ------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from fedml_fes.runtime.rundir import lock_run_dir
+lock_run_dir(sys.argv[1])
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+def _held(run_dir: Path):
+    """Another process holding `run_dir` as a live run does (a second harness, `fedml-fes run`)."""
+    import subprocess
+    import sys
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_run_that_a_live_process_holds_is_neither_continued_nor_moved(tmp_path, monkeypatch, jobs):
+    """Two harnesses on one --out: the second one met the first one's live run with a checkpoint
+    and continued it beside it, both appending rows to one metrics.csv. Now it is one line per
+    such run, the folder stays where it is, and the other runs go on."""
+    from fedml_fes_plugins.bench import fidelity_run
+
+    live, free = tmp_path / "fes-s0", tmp_path / "fes-s1"
+    holder = _held(live)
+    (live / "metrics.csv").write_text("round,test_acc\n0,0.5\n")
+    started: list[str] = []
+    monkeypatch.setattr(fidelity_run, "run_job", lambda cfg, rd, tag, resume=False: started.append(tag) or {"status": "completed", "final": 0.5})
+    todo = [fidelity_run.Pending("bbc_news", "fes", s, None, d) for s, d in ((0, live), (1, free))]
+    lines: list[str] = []
+    try:
+        if jobs == 1:
+            failed = fidelity_run._run_all(todo, 1, lines.append)
+            assert started == ["bbc_news fes s1"]
+        else:  # the refusal happens in the parent, before any worker is handed the run
+            failed = fidelity_run._run_all(todo[:1], 2, lines.append)
+    finally:
+        holder.kill()
+    assert failed == ["bbc_news fes s0"]
+    refusal = [line for line in lines if "bbc_news fes s0" in line and "in use by another live run" in line]
+    assert len(refusal) == 1 and f"pid {holder.pid}" in refusal[0]
+    assert (live / "metrics.csv").read_text() == "round,test_acc\n0,0.5\n" and not (tmp_path / ".partial").exists()
+
+
+def test_a_harness_run_holds_its_folder_while_it_runs_and_gives_it_back(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from fedml_fes_plugins.bench import fidelity_run
+    from fedml_fes_plugins.runtimes import inprocess
+
+    probe = "import sys\nfrom fedml_fes.runtime.rundir import check_not_locked\ncheck_not_locked(sys.argv[1])"
+    seen: list[int] = []
+
+    def run_in_process(cfg, run_dir, **_kw):  # what another process sees while the run is live
+        seen.append(subprocess.run([sys.executable, "-c", probe, str(run_dir)], capture_output=True).returncode)
+        return {"status": "completed", "final": 0.5}
+
+    monkeypatch.setattr(inprocess, "run_in_process", run_in_process)
+    monkeypatch.setattr(fidelity_run, "heldout_classes", lambda *_a: None)
+    status = fidelity_run.run_job(config_from_dict({}), str(tmp_path / "run"), "tag")
+    assert status["status"] == "completed" and seen == [1]
+    after = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "run")], capture_output=True)
+    assert after.returncode == 0  # given back: the next run of a long harness process, or another one

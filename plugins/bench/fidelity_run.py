@@ -122,12 +122,15 @@ def _result_line(p: Pending, status: dict) -> str:
 def resumable(p: Pending, echo: Echo) -> bool:
     """Whether a stopped run continues from its checkpoint (the rounds it finished are kept, as
     `fedml-fes run --resume` keeps them); a run with no checkpoint, or one the config no longer
-    matches, is set aside in `.partial/` and starts again."""
+    matches, is set aside in `.partial/` and starts again. A folder that a live run holds (another
+    harness, `fedml-fes run`) is one error line: neither continued nor moved."""
     from fedml_fes.runtime.checkpoint import check_resume
+    from fedml_fes.runtime.rundir import check_not_locked
     from fedml_fes_plugins.bench.runner import _set_aside
 
     if not p.run_dir.exists():
         return False
+    check_not_locked(p.run_dir)
     try:
         state = check_resume(p.cfg, p.run_dir)
     except FesError:
@@ -150,7 +153,12 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
         # instead of calling it failed and starting the next run
         with stop_on_signals():
             for i, p in enumerate(todo, 1):
-                resume = resumable(p, echo)
+                try:
+                    resume = resumable(p, echo)
+                except FesError as e:  # a live run holds it
+                    echo(f"[{i}/{len(todo)}] {p.tag}: {e}")
+                    failed.append(p.tag)
+                    continue
                 echo(f"[{i}/{len(todo)}] {p.tag}")
                 try:
                     status = run_job(p.cfg, str(p.run_dir), p.tag, resume)
@@ -168,23 +176,26 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
 
 
 def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dict[str, Any]:
-    """One run (or the rest of a checkpointed one, `resume`), in this process; its test-set class
-    counts go beside it (the majority-class rate)."""
+    """One run (or the rest of a checkpointed one, `resume`), in this process, holding its folder's
+    lock as `fedml-fes run` does (two harnesses on one --out never write one run together); its
+    test-set class counts go beside it (the majority-class rate)."""
     from fedml_fes.runtime.checkpoint import drop_checkpoint
-    from fedml_fes.runtime.rundir import make_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir, release_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     start = time.time()
     try:
         summary = run_in_process(
             cfg,
-            make_run_dir(cfg, run_dir),
+            make_run_dir(cfg, run_dir, lock=True),
             progress=False,
             echo=lambda line: print(f"  [{tag}] {line}", flush=True),
             resume=resume,
         )
     except FesError as e:
         return {"status": "failed", "error": str(e), "seconds": time.time() - start}
+    finally:
+        release_run_dir(run_dir)  # the next run of this process, or another process, may take it
     heldout_classes(Path(run_dir), cfg)
     if summary.get("status") == "completed":
         drop_checkpoint(run_dir)  # the report reads the run's files; only an unfinished run resumes
@@ -239,9 +250,15 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
         with stop_on_signals():  # SIGTERM too: the default action would leave the workers running on
             while waiting or any(w["job"] is not None for w in workers):
                 for w in workers:
-                    if w["job"] is None and waiting:
+                    while w["job"] is None and waiting:
                         i, p = waiting.popleft()
-                        resume = resumable(p, echo)
+                        try:
+                            resume = resumable(p, echo)
+                        except FesError as e:  # a live run holds it
+                            finished += 1
+                            failed.append(p.tag)
+                            echo(f"[{finished}/{len(todo)}] {p.tag}: {e}")
+                            continue
                         echo(f"[start {i + 1}/{len(todo)}] {p.tag}")
                         w["job"] = (i, p, time.time())
                         w["tasks"].put((i, p.cfg, str(p.run_dir), p.tag, resume))

@@ -273,7 +273,7 @@ def run_bench(
     devices: list[str] | None = None,
     bandwidth: float | None = None,
 ) -> Path:
-    from fedml_fes.runtime.rundir import make_run_dir
+    from fedml_fes.runtime.rundir import check_not_locked, make_run_dir, release_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     out = Path(out)
@@ -298,6 +298,7 @@ def run_bench(
         for method, seed, cfg in todo:
             rd = run_dir_of(out, method, seed)
             if rd.exists():
+                check_not_locked(rd)  # a live run's folder (another bench on this --out): one line, not moved
                 _set_aside(rd, say)
             current = f"{label(method)} seed {seed}"
             bar.set_description(current)
@@ -311,7 +312,10 @@ def run_bench(
                 else:
                     say(f"  [{_m} s{_s}] {line}")
 
-            summary = run_in_process(cfg, make_run_dir(cfg, str(rd)), progress=False, echo=on_line)
+            try:  # held as `fedml-fes run` holds its folder: two benches on one --out never share a run
+                summary = run_in_process(cfg, make_run_dir(cfg, str(rd), lock=True), progress=False, echo=on_line)
+            finally:
+                release_run_dir(rd)
             say(
                 f"{current}: {summary.get('status')}, final accuracy {summary.get('final')}, "
                 f"{time.time() - start:.0f} s"
