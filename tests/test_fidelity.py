@@ -948,7 +948,11 @@ def test_a_run_that_a_live_process_holds_is_neither_continued_nor_moved(tmp_path
     holder = _held(live)
     (live / "metrics.csv").write_text("round,test_acc\n0,0.5\n")
     started: list[str] = []
-    monkeypatch.setattr(fidelity_run, "run_job", lambda cfg, rd, tag, resume=False: started.append(tag) or {"status": "completed", "final": 0.5})
+    monkeypatch.setattr(
+        fidelity_run,
+        "run_job",
+        lambda cfg, rd, tag, resume=False: started.append(tag) or {"status": "completed", "final": 0.5},
+    )
     todo = [fidelity_run.Pending("bbc_news", "fes", s, None, d) for s, d in ((0, live), (1, free))]
     lines: list[str] = []
     try:
