@@ -149,7 +149,8 @@ class TuningConfig:
     bias_epochs: int = 0
     # FeS's bias-only layers also train their normalization gains (LN-tuning): on a model
     # without norm biases (RMSNorm: Llama, SmolLM2) the closest analogue of the LayerNorm
-    # bias BitFit trains on RoBERTa. A few hundred values per norm: upload stays tiny.
+    # bias BitFit trains on RoBERTa. A few hundred values per norm: upload stays tiny. On
+    # SmolLM2 it cost FeS 4.0 points on the tuning seeds (docs/BENCHMARK.md): off by default.
     norm_gains: bool = False
 
 
