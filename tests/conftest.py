@@ -254,6 +254,27 @@ def start_cross_silo_node(cf: Path, role: str, rank: int, run_dir: Path, log: Pa
         )
 
 
+LOCK_HOLDER = """
+import sys, time
+from fedml_fes.runtime.rundir import lock_run_dir
+lock_run_dir(sys.argv[1])
+print("locked", flush=True)
+time.sleep(300)
+"""
+
+
+def start_lock_holder(run_dir, env: dict | None = None) -> subprocess.Popen:
+    """Another process that locks `run_dir` as a live run does (prints "locked" once it holds
+    it) and sleeps; kill it to end the 'run'."""
+    return subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(run_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
 def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
     """The fedml-fes command's `main` in this process, for cases where the process itself is not
     under test: a process start imports torch and FedML again (~10 s). The program's own exits,

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from .conftest import small_config, write_config
+from .conftest import LOCK_HOLDER, small_config, start_lock_holder, write_config
 
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -311,18 +311,10 @@ def test_at_least_30_cases():
 
 # ---- one live run per run directory --------------------------------------------------------
 
-HOLDER = """
-import sys, time
-from fedml_fes.runtime.rundir import lock_run_dir
-lock_run_dir(sys.argv[1])
-print("locked", flush=True)
-time.sleep(300)
-"""
-
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     """A process holding `run_dir`'s lock as a live run's server does."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    proc = start_lock_holder(run_dir)
     assert proc.stdout.readline().strip() == "locked"
     return proc
 
@@ -367,7 +359,9 @@ def test_a_run_holds_its_lock_while_live(tmp_path, tiny_model_dir):
     cfg = config_from_dict(small_config(tmp_path, tiny_model_dir))
     run = make_run_dir(cfg, str(tmp_path / "r"), lock=True)
     try:
-        probe = subprocess.run([sys.executable, "-c", HOLDER, str(run)], capture_output=True, text=True, timeout=120)
+        probe = subprocess.run(
+            [sys.executable, "-c", LOCK_HOLDER, str(run)], capture_output=True, text=True, timeout=120
+        )
         assert probe.returncode == 1 and "is in use by another live run" in probe.stderr
         assert make_run_dir(cfg, str(run), lock=True) == run  # the same process again: fine
     finally:

@@ -11,7 +11,7 @@ import torch
 from fedml_fes.errors import FesError
 from fedml_fes.runtime.tasks import ClientTask
 
-from .conftest import REPO, write_config
+from .conftest import REPO, start_lock_holder, write_config
 
 
 def _raw(**comm) -> dict:
@@ -290,28 +290,6 @@ def test_launcher_refuses_an_unreachable_broker_before_starting_anything(tmp_pat
     assert not (tmp_path / "run" / "processes.json").exists()
 
 
-LOCK_HOLDER = """
-import sys, time
-from fedml_fes.runtime.rundir import lock_run_dir
-lock_run_dir(sys.argv[1])
-print("locked", flush=True)
-time.sleep(300)
-"""
-
-
-def _locker(run_dir, env=None):
-    import subprocess
-    import sys
-
-    return subprocess.Popen(
-        [sys.executable, "-c", LOCK_HOLDER, str(run_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-
-
 def test_a_cross_silo_run_dir_held_by_a_live_run_is_refused(tmp_path, capsys):
     """The server, a silo and the local launcher each hold their run directory's lock: a
     second process into a live one's folder is one line, and nothing in the folder changes."""
@@ -319,7 +297,7 @@ def test_a_cross_silo_run_dir_held_by_a_live_run_is_refused(tmp_path, capsys):
     run = tmp_path / "live"
     run.mkdir()
     (run / "metrics.csv").write_text("round,test_acc\n0,0.5\n")
-    holder = _locker(run)
+    holder = start_lock_holder(run)
     try:
         assert holder.stdout.readline().strip() == "locked"
         for argv in (
@@ -348,11 +326,11 @@ def test_a_process_started_by_the_lock_holder_writes_under_its_lock(tmp_path):
     run.mkdir()
     lock_run_dir(run)
     try:
-        child = _locker(run, env={**os.environ, **inherited_lock_env(run)})
+        child = start_lock_holder(run, env={**os.environ, **inherited_lock_env(run)})
         assert child.stdout.readline().strip() == "locked"
         child.kill()
         child.wait()
-        stranger = _locker(run)
+        stranger = start_lock_holder(run)
         assert stranger.wait(timeout=60) == 1 and "is in use by another live run" in stranger.stderr.read()
     finally:
         release_run_dir(run)

@@ -13,7 +13,7 @@ from fedml_fes.errors import FesError
 from fedml_fes.runtime import checkpoint
 from fedml_fes_plugins.bench import fidelity as fid
 
-from .conftest import load_benchmark_script, small_config
+from .conftest import load_benchmark_script, small_config, start_lock_holder
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -917,22 +917,11 @@ def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
 
 # ---- one writer per run folder ------------------------------------------------------------------
 
-HOLDER = """
-import sys, time
-from fedml_fes.runtime.rundir import lock_run_dir
-lock_run_dir(sys.argv[1])
-print("locked", flush=True)
-time.sleep(300)
-"""
-
 
 def _held(run_dir: Path):
     """Another process holding `run_dir` as a live run does (a second harness, `fedml-fes run`)."""
-    import subprocess
-    import sys
-
     run_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    proc = start_lock_holder(run_dir)
     assert proc.stdout.readline().strip() == "locked"
     return proc
 

@@ -90,6 +90,11 @@ def _config_changes(run_dir: Path, cfg: FesConfig) -> list[str]:
 
 
 def _set_aside(run_dir: Path, echo: Echo) -> None:
+    """Move an unfinished run's folder to `.partial/`; a folder a live run holds (another bench or
+    harness on this --out, `fedml-fes run`) is one error line and stays where it is."""
+    from fedml_fes.runtime.rundir import check_not_locked
+
+    check_not_locked(run_dir)
     dest = run_dir.parent / ".partial" / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(run_dir), dest)
@@ -273,7 +278,7 @@ def run_bench(
     devices: list[str] | None = None,
     bandwidth: float | None = None,
 ) -> Path:
-    from fedml_fes.runtime.rundir import check_not_locked, make_run_dir, release_run_dir
+    from fedml_fes.runtime.rundir import make_run_dir, release_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     out = Path(out)
@@ -298,7 +303,6 @@ def run_bench(
         for method, seed, cfg in todo:
             rd = run_dir_of(out, method, seed)
             if rd.exists():
-                check_not_locked(rd)  # a live run's folder (another bench on this --out): one line, not moved
                 _set_aside(rd, say)
             current = f"{label(method)} seed {seed}"
             bar.set_description(current)
