@@ -81,7 +81,6 @@ PACKAGED = {
     ),
 }
 OFFLINE_SMOLLM2 = "offline:smollm2-135m"
-OFFLINE_GEMMA3 = "offline:gemma3-270m"
 
 
 def user_cache_dir() -> Path:
