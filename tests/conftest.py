@@ -275,6 +275,13 @@ def start_lock_holder(run_dir, env: dict | None = None) -> subprocess.Popen:
     )
 
 
+def hold_lock(run_dir) -> subprocess.Popen:
+    """start_lock_holder, returned once it holds the lock."""
+    proc = start_lock_holder(run_dir)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
 def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
     """The fedml-fes command's `main` in this process, for cases where the process itself is not
     under test: a process start imports torch and FedML again (~10 s). The program's own exits,

@@ -18,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from .conftest import LOCK_HOLDER, small_config, start_lock_holder, write_config
+from .conftest import LOCK_HOLDER, hold_lock, small_config, write_config
 
 CLI = [sys.executable, "-m", "fedml_fes_plugins.cli.main"]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -314,9 +314,7 @@ def test_at_least_30_cases():
 
 def _hold_lock(run_dir: Path) -> subprocess.Popen:
     """A process holding `run_dir`'s lock as a live run's server does."""
-    proc = start_lock_holder(run_dir)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+    return hold_lock(run_dir)
 
 
 def test_second_run_into_a_live_runs_dir_is_refused_and_a_dead_ones_lock_does_not_block(tmp_path, tiny_model_dir):

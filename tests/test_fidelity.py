@@ -13,7 +13,7 @@ from fedml_fes.errors import FesError
 from fedml_fes.runtime import checkpoint
 from fedml_fes_plugins.bench import fidelity as fid
 
-from .conftest import load_benchmark_script, small_config, start_lock_holder
+from .conftest import hold_lock, load_benchmark_script, small_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -921,9 +921,7 @@ def test_labeler_rows_are_counted_beside_the_matrix_not_in_it(tmp_path):
 def _held(run_dir: Path):
     """Another process holding `run_dir` as a live run does (a second harness, `fedml-fes run`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    proc = start_lock_holder(run_dir)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+    return hold_lock(run_dir)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
