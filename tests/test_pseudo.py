@@ -456,3 +456,85 @@ def test_class_balanced_loss_weights_the_rows_it_names(
         assert weight == pytest.approx(n_gold + sample_weight * len(pseudo))  # FedAvg's sample count
         saw_pseudo |= len(pseudo) > 0 and (not balance_pseudo or len(set(pseudo)) > 1)
     assert saw_pseudo
+
+
+class _RowsAdapter:
+    """A stand-in adapter: each text is an index into fixed feature rows."""
+
+    def __init__(self, features: torch.Tensor):
+        self.features = features
+
+    def batch(self, texts_a, texts_b=None):
+        return {"x": self.features[[int(t) for t in texts_a]]}
+
+    def logits(self, model, batch):
+        return model(batch["x"])
+
+
+def test_restricted_softmax_leaves_the_classes_a_client_lacks_untouched():
+    """train_args.restricted_softmax (FedRS at alpha 0): with targets naming classes 0 and 1 only,
+    class 2's weights get no gradient and stay as they were; the plain softmax pushes them. The
+    loss is the cross-entropy over the softmax of the present classes, soft mass on class 2 dropped."""
+    from fedml_fes.prompt.classifier import present_classes, train_examples
+
+    features = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    targets = np.array([[1, 0, 0], [0, 1, 0], [0.7, 0.1, 0.2], [0.2, 0.7, 0.1], [1, 0, 0], [0, 1, 0]], np.float32)
+    assert present_classes(targets).tolist() == [True, True, False]
+    texts = [str(i) for i in range(6)]
+
+    def trained(classes, lr=0.1):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        out = train_examples(
+            model, _RowsAdapter(features), texts, None, targets, epochs=2, batch_size=6, lr=lr,
+            weight_decay=0.0, generator=torch.Generator().manual_seed(0), device=torch.device("cpu"),
+            classes=classes,
+        )  # fmt: skip
+        return model, before, out
+
+    model, before, out = trained(present_classes(targets))
+    assert torch.equal(model.weight[2], before["weight"][2]) and torch.equal(model.bias[2], before["bias"][2])
+    assert not torch.equal(model.weight[0], before["weight"][0])
+    plain, before_plain, _ = trained(None)
+    assert not torch.equal(plain.weight[2], before_plain["weight"][2])
+    _, before, first = trained(present_classes(targets), lr=0.0)
+    model = torch.nn.Linear(4, 3)
+    model.load_state_dict(before)
+    logp = torch.log_softmax(model(features)[:, :2], dim=-1)
+    y = torch.as_tensor(targets[:, :2]) / torch.as_tensor(targets[:, :2]).sum(1, keepdim=True)
+    assert first["train_loss"] == pytest.approx(float(-(y * logp).sum(1).mean()), rel=1e-5)
+
+
+@pytest.mark.parametrize("restricted", [True, False])
+def test_restricted_softmax_option_passes_each_clients_own_classes(tmp_path, tiny_model_dir, monkeypatch, restricted):
+    """Each local update of a FedFSL run gets the classes its own gold and pseudo labels name
+    when train_args.restricted_softmax is on, and no restriction when it is off."""
+    from fedml_fes.prompt.classifier import present_classes
+    from fedml_fes.runtime import methods
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    calls: list[tuple[np.ndarray, object]] = []
+    real = methods.train_examples
+
+    def spy(model, adapter, texts_a, texts_b, targets, **kwargs):
+        calls.append((targets, kwargs.get("classes")))
+        return real(model, adapter, texts_a, texts_b, targets, **kwargs)
+
+    monkeypatch.setattr(methods, "train_examples", spy)
+    raw = small_config(
+        tmp_path,
+        tiny_model_dir,
+        train_args={"method": "fedfsl", "comm_round": 2, "restricted_softmax": restricted},
+        data_args={"gold_labels": 16, "gold_sparsity": 0.001},
+        pseudo_args={"label_clients": 3, "per_pass": 10},
+    )
+    cfg = config_from_dict(raw)
+    summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
+    assert summary["status"] == "completed" and calls
+    for targets, classes in calls:
+        if restricted:
+            assert np.array_equal(classes, present_classes(targets))
+        else:
+            assert classes is None
+    assert not restricted or any(not c.all() for _, c in calls)  # some client lacks a class

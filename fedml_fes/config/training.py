@@ -84,6 +84,13 @@ class TrainConfig:
     # (64 labels: 43 sports) does not pull the model's prior toward that class. Pseudo labels
     # keep weight 1. Off by default (the paper's plain cross-entropy); docs/BENCHMARK.md.
     balance_gold_classes: bool = False
+    # FedRS's restricted softmax (Li & Zhan, KDD 2021) at alpha 0: a client's loss takes the
+    # softmax over the classes its own labels name (gold, and its pseudo labels' first
+    # classes) only. With 64 gold labels on two or three clients, a client without a class's
+    # labels otherwise pushes that class down for everyone (Gemma, AG News seed 11: 3 `Sports`
+    # labels, FeS ends with `Sports` 0% right). Off by default (the paper's plain
+    # cross-entropy); docs/BENCHMARK.md.
+    restricted_softmax: bool = False
     # AdamW as torch's fused kernel (one vectorized pass over a tensor's weights, moments and
     # gradient) instead of its loop of elementwise ops per tensor, which sampled at 44% of a
     # FedFSL run's training time on one CPU core. A SmolLM2 training step 9.7 -> 7.9 s (1.23x,

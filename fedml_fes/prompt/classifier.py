@@ -147,9 +147,15 @@ def train_examples(
     weights: np.ndarray | None = None,
     fused: bool = False,
     checkpointing: bool = False,
+    classes: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard),
     each example's loss times its entry in `weights` (N; None: all 1).
+
+    `classes` (C booleans; None: all) restricts the softmax to those classes, FedRS's
+    restricted softmax (Li & Zhan, KDD 2021) at alpha 0: the other classes' logits get no
+    gradient, so a client that holds no label of a class does not teach the shared model
+    to never predict it. The targets' mass on the other classes is dropped, rows renormalized.
 
     `autocast` (precision.autocast_for) wraps each forward pass and loss; the backward pass
     and the optimizer step run outside it, on float32 weights.
@@ -172,6 +178,10 @@ def train_examples(
         gradient_checkpointing(model, True)
     steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused)
     y = torch.as_tensor(targets, dtype=torch.float32)
+    absent = None if classes is None else ~torch.as_tensor(classes, dtype=torch.bool).to(device)
+    if absent is not None:
+        y = y.masked_fill(absent.cpu(), 0.0)
+        y = y / y.sum(-1, keepdim=True).clamp_min(1e-12)
     w = torch.ones(len(y)) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
     losses: list[float] = []
     for _ in range(epochs):
@@ -181,7 +191,12 @@ def train_examples(
             b = [texts_b[i] for i in idx] if texts_b is not None else None
             batch = {k: v.to(device) for k, v in adapter.batch([texts_a[i] for i in idx], b).items()}
             with autocast():
-                logp = torch.log_softmax(adapter.logits(model, batch).float(), dim=-1)
+                logits = adapter.logits(model, batch).float()
+                if absent is not None:
+                    logits = logits.masked_fill(absent, float("-inf"))
+                logp = torch.log_softmax(logits, dim=-1)
+                if absent is not None:
+                    logp = logp.masked_fill(absent, 0.0)  # no 0 x -inf in the sum below
                 loss = -(w[idx].to(device) * (y[idx].to(device) * logp).sum(-1)).mean()
             loss.backward()  # steps every parameter as its gradient is complete
             losses.append(float(loss.detach()))
@@ -253,6 +268,14 @@ def class_balanced_weights(labels: Sequence[int]) -> np.ndarray:
     classes, counts = np.unique(y, return_counts=True)
     per_class = len(y) / (len(classes) * counts)
     return per_class[np.searchsorted(classes, y)].astype(np.float32)
+
+
+def present_classes(targets: np.ndarray) -> np.ndarray:
+    """The classes (C booleans) that some row of `targets` (N x C) puts first: a client's
+    own label set, hard labels or soft ones alike."""
+    out = np.zeros(targets.shape[1], dtype=bool)
+    out[np.asarray(targets).argmax(1)] = True
+    return out
 
 
 def one_hot(labels: Sequence[int], num_classes: int) -> np.ndarray:

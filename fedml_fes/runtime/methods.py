@@ -48,6 +48,7 @@ from ..prompt.classifier import (
     class_balanced_weights,
     one_hot,
     predict_proba,
+    present_classes,
     train_examples,
 )
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
@@ -329,6 +330,7 @@ class FewShot:
             weights=weights,
             fused=t.fused_optimizer,
             checkpointing=t.gradient_checkpointing,
+            classes=present_classes(y) if t.restricted_softmax else None,
         )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(n_gold + lam * n_pseudo), metrics  # FedAvg's sample count
