@@ -178,10 +178,12 @@ def train_examples(
         gradient_checkpointing(model, True)
     steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused)
     y = torch.as_tensor(targets, dtype=torch.float32)
-    absent = None if classes is None else ~torch.as_tensor(classes, dtype=torch.bool).to(device)
-    if absent is not None:
-        y = y.masked_fill(absent.cpu(), 0.0)
+    absent = None
+    if classes is not None:
+        keep = torch.as_tensor(classes, dtype=torch.bool)
+        y = y * keep
         y = y / y.sum(-1, keepdim=True).clamp_min(1e-12)
+        absent = (~keep).to(device)
     w = torch.ones(len(y)) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
     losses: list[float] = []
     for _ in range(epochs):
