@@ -860,6 +860,30 @@ def test_a_stop_that_torch_save_turns_into_an_error_stops_the_harness(tmp_path, 
     assert started == ["bbc_news fedfsl s0"]
 
 
+def test_ctrl_c_during_the_checks_before_any_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the harness checks every pending run's config (tokenizers load there, seconds
+    to minutes) used to end in a traceback wall: now one line and exit code 130, nothing run."""
+    import argparse
+
+    from fedml_fes_plugins.bench import fidelity_run
+
+    def interrupted(_todo):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fidelity_run, "preflight", interrupted)
+    p = argparse.ArgumentParser()
+    fid.add_arguments(p)
+    out = tmp_path / "out"
+    opts = p.parse_args(["--datasets", "bbc_news", "--methods", "fedfsl", "--seeds", "0", "--out", str(out)])
+    opts.results = str(tmp_path / "results")
+    assert fid.run_command(opts, "x", echo=lambda _line: None) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "fidelity interrupted before or after its runs (finished runs are kept); run the same command again"
+    ]
+    assert not list(out.glob("*/runs/*"))  # nothing started
+
+
 PARALLEL_HARNESS = """
 import os, sys, time
 from pathlib import Path

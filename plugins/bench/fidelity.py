@@ -273,6 +273,12 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
     except BenchInterrupted as e:
         print(str(e), file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # Ctrl-C outside a run: the checks before the first run, the report
+        print(
+            "fidelity interrupted before or after its runs (finished runs are kept); run the same command again",
+            file=sys.stderr,
+        )
+        return 130
     echo(path.read_text())
     echo(f"written: {path} and {path.with_suffix('.csv')}")
     if o.failed:
