@@ -270,14 +270,9 @@ def run_command(opts: argparse.Namespace, prog: str, echo: Echo | None = None) -
     o = options_from(opts, prog)
     try:
         path = report(o, echo) if o.report_only else run_fidelity(o, echo)
-    except BenchInterrupted as e:
-        print(str(e), file=sys.stderr)
-        return 130
-    except KeyboardInterrupt:  # Ctrl-C outside a run: the checks before the first run, the report
-        print(
-            "fidelity interrupted before or after its runs (finished runs are kept); run the same command again",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt as e:  # BenchInterrupted names the run; a plain one came before or after the runs
+        outside = "fidelity interrupted before or after its runs (finished runs are kept); run the same command again"
+        print(str(e) if isinstance(e, BenchInterrupted) else outside, file=sys.stderr)
         return 130
     echo(path.read_text())
     echo(f"written: {path} and {path.with_suffix('.csv')}")

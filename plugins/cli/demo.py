@@ -7,9 +7,9 @@ BBC News, on one real pretrained LM (SmolLM2-135M, `offline:smollm2-135m`: fetch
 and dequantized once into the user's cache folder, `$XDG_CACHE_HOME/fedml-fes` or
 `~/.cache/fedml-fes`), with the shared settings of the fidelity benchmark
 (run_configs/fidelity.yaml) shrunk alike for all three methods so that the demo fits in
-about a quarter of an hour on two CPU cores (13.8 min measured, README). With a masked LM that ships without its head (the
-offline MiniLM, `--set model_args.model=offline:all-MiniLM-L6-v2`), the first demo builds
-the head FedBERT-style on the clients' own text and caches it.
+about a quarter of an hour on two CPU cores (13.8 min measured, README). With a masked LM
+that ships without its head (the offline MiniLM, `--set model_args.model=offline:all-MiniLM-L6-v2`),
+the first demo builds the head FedBERT-style on the clients' own text and caches it.
 
 Output: a progress bar per method, a table (accuracy, upload, emulated Jetson TX2 hours,
 pseudo labels used) and `demo.png` (accuracy against emulated time and against traffic),
