@@ -884,6 +884,48 @@ def test_ctrl_c_during_the_checks_before_any_run_is_one_line(tmp_path, monkeypat
     assert not list(out.glob("*/runs/*"))  # nothing started
 
 
+def test_pending_runs_in_another_precision_than_the_finished_ones_are_named(tmp_path, monkeypatch, capsys):
+    """`precision: auto` is bfloat16 on a CPU with AVX-512 BF16 and float32 on one without: resuming
+    a matrix on the other kind of machine passes the config check (`auto` either way), so the
+    harness names the mismatch before the first run instead of mixing precisions silently."""
+    import argparse
+
+    from fedml_fes_plugins.bench import fidelity_run
+    from fedml_fes_plugins.runtimes import inprocess
+
+    out = tmp_path / "out"
+    done = out / "bbc_news" / "runs" / "fedfsl-s1"
+    done.mkdir(parents=True)
+    (done / "summary.json").write_text(json.dumps({"status": "completed", "device": "CPU, 1 thread, bfloat16"}))
+
+    def pending(precision: str):
+        cfg = config_from_dict({"common_args": {"precision": precision}})
+        return fidelity_run.Pending("bbc_news", "fedfsl", 0, cfg, out / "bbc_news" / "runs" / "fedfsl-s0")
+
+    line = fidelity_run.precision_mismatch([pending("float32")], out)
+    assert line.startswith(f"warning: the finished runs in {out} were computed 1 in bfloat16; ")
+    assert "the 1 pending in float32" in line and "\n" not in line
+    assert fidelity_run.precision_mismatch([pending("bfloat16")], out) == ""
+    assert fidelity_run.precision_mismatch([pending("float32")], tmp_path / "nothing finished") == ""
+
+    # the harness says it before anything runs (stopped here at the MLM build, as by Ctrl-C)
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fidelity_run, "preflight", lambda _todo: None)
+    monkeypatch.setattr(inprocess, "ensure_mlm_build", interrupted)
+    p = argparse.ArgumentParser()
+    fid.add_arguments(p)
+    argv = ["--datasets", "bbc_news", "--methods", "fedfsl", "--seeds", "0", "--out", str(out)]
+    opts = p.parse_args(argv + ["--set", "common_args.precision=float32"])
+    opts.results = str(tmp_path / "results")
+    lines: list[str] = []
+    assert fid.run_command(opts, "x", echo=lines.append) == 130
+    assert [x for x in lines if x.startswith("warning: ")] == [
+        fidelity_run.precision_mismatch([pending("float32")], out)
+    ]
+
+
 PARALLEL_HARNESS = """
 import os, sys, time
 from pathlib import Path

@@ -79,6 +79,9 @@ def run_fidelity(o: FidelityOptions, echo: Echo = print) -> Path:
         from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
         preflight(todo)
+        mixed = precision_mismatch(todo, out)
+        if mixed:
+            echo(mixed)
         try:
             for p in todo:  # the one MLM build, before any run: parallel runs must not build it twice
                 ensure_mlm_build(p.cfg, echo)
@@ -110,6 +113,35 @@ def preflight(todo: list[Pending]) -> None:
                 preview_run(p.cfg)
             except FesError as e:
                 raise FesError(f"{p.dataset}, {p.method}: {e} (checked before any run: nothing was run)") from None
+
+
+def precision_mismatch(todo: list[Pending], out: Path) -> str:
+    """A warning line when this machine would compute the pending runs in another precision than
+    the finished runs under `out` (`common_args.precision: auto` is bfloat16 only where the CPU has
+    AMX-BF16 or AVX-512 BF16): their rows would not pair seed by seed with the finished ones, and
+    the config check cannot see it (the config says `auto` either way). Empty when they agree."""
+    from fedml_fes.precision import resolve_precision
+    from fedml_fes.runtime.job import select_device
+
+    finished: dict[str, int] = {}
+    for summary in Path(out).glob("*/runs/*/summary.json"):
+        try:
+            s = json.loads(summary.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if s.get("status") == "completed" and s.get("device"):
+            precision = str(s["device"]).rsplit(", ", 1)[-1]
+            finished[precision] = finished.get(precision, 0) + 1
+    here = sorted({resolve_precision(p.cfg.common.precision, select_device(p.cfg)) for p in todo})
+    if not finished or set(here) <= set(finished):
+        return ""
+    made = ", ".join(f"{n} in {k}" for k, n in sorted(finished.items()))
+    return (
+        f"warning: the finished runs in {out} were computed {made}; this machine computes the "
+        f"{len(todo)} pending in {' and '.join(here)}, so their rows will not pair with them "
+        "(common_args.precision: auto is bfloat16 only on CPUs with AMX-BF16 or AVX-512 BF16, or a GPU); "
+        "Ctrl-C keeps what is finished"
+    )
 
 
 def _result_line(p: Pending, status: dict) -> str:
