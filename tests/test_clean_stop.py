@@ -100,8 +100,9 @@ def test_a_signal_stops_run_with_a_summary_and_one_line(tmp_path, tiny_model_dir
     _wait_for_checkpoint(run_dir, 2)
     proc.send_signal(signum)
     code, _out, err = _finish(proc, timeout=60)
-    _assert_interrupted(code, err, run_dir, signum)
+    summary = _assert_interrupted(code, err, run_dir, signum)
     assert "Traceback" not in err
+    assert summary["device"].startswith("CPU, 1 thread, ")  # what computed these rounds (the fidelity harness reads it)
 
 
 @pytest.mark.slow

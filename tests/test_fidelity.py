@@ -903,10 +903,14 @@ def test_pending_runs_in_another_precision_than_the_finished_ones_are_named(tmp_
         return fidelity_run.Pending("bbc_news", "fedfsl", 0, cfg, out / "bbc_news" / "runs" / "fedfsl-s0")
 
     line = fidelity_run.precision_mismatch([pending("float32")], out)
-    assert line.startswith(f"warning: the finished runs in {out} were computed 1 in bfloat16; ")
+    assert line.startswith(f"warning: the runs already in {out} (finished or stopped) were computed 1 in bfloat16; ")
     assert "the 1 pending in float32" in line and "\n" not in line
     assert fidelity_run.precision_mismatch([pending("bfloat16")], out) == ""
-    assert fidelity_run.precision_mismatch([pending("float32")], tmp_path / "nothing finished") == ""
+    assert fidelity_run.precision_mismatch([pending("float32")], tmp_path / "nothing run") == ""
+    stopped = out / "bbc_news" / "runs" / "fes-s1"  # a stopped run records its device too
+    stopped.mkdir()
+    (stopped / "summary.json").write_text(json.dumps({"status": "interrupted", "device": "CPU, 1 thread, bfloat16"}))
+    assert " were computed 2 in bfloat16; " in fidelity_run.precision_mismatch([pending("float32")], out)
 
     # the harness says it before anything runs (stopped here at the MLM build, as by Ctrl-C)
     def interrupted(*_args):

@@ -104,8 +104,6 @@ class ServerSession:
             self.job.cfg,
             {"final": self._final(), "rounds_completed": len(self.recorder.rows)},
         )
-        from ..precision import describe_device
-
         initial = self._initial()
         warning = below_start_warning(initial, self._final(), self.job.method.primary_metric)
         summary = self.recorder.finish(
@@ -115,7 +113,7 @@ class ServerSession:
             initial=initial,
             test=self._test(),
             initial_test=self._test(self.server.initial),
-            device=describe_device(self.job.device, self.job.cfg.common.precision),
+            device=self._device(),
             below_start=warning is not None,
             **({"warning": warning} if warning else {}),
             **extra,
@@ -132,10 +130,16 @@ class ServerSession:
             run_dir=str(self.run_dir),
             initial=self._initial(),
             test=self._test(),
+            device=self._device(),  # a stopped run continued elsewhere: what computed its first rounds
         )
         self.closed = True
         self._plot()
         return summary
+
+    def _device(self) -> str:
+        from ..precision import describe_device
+
+        return describe_device(self.job.device, self.job.cfg.common.precision)
 
     def _plot(self) -> None:
         """accuracy.png beside summary.json; a figure that cannot be drawn never costs the run."""

@@ -117,30 +117,31 @@ def preflight(todo: list[Pending]) -> None:
 
 def precision_mismatch(todo: list[Pending], out: Path) -> str:
     """A warning line when this machine would compute the pending runs in another precision than
-    the finished runs under `out` (`common_args.precision: auto` is bfloat16 only where the CPU has
-    AMX-BF16 or AVX-512 BF16): their rows would not pair seed by seed with the finished ones, and
-    the config check cannot see it (the config says `auto` either way). Empty when they agree."""
+    the runs already under `out`, finished or stopped (`common_args.precision: auto` is bfloat16
+    only where the CPU has AMX-BF16 or AVX-512 BF16): their rows would not pair seed by seed, a
+    stopped run continued here would mix the two, and the config check cannot see it (the config
+    says `auto` either way). Empty when they agree."""
     from fedml_fes.precision import resolve_precision
     from fedml_fes.runtime.job import select_device
 
-    finished: dict[str, int] = {}
+    made: dict[str, int] = {}
     for summary in Path(out).glob("*/runs/*/summary.json"):
         try:
             s = json.loads(summary.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if s.get("status") == "completed" and s.get("device"):
+        if s.get("device"):
             precision = str(s["device"]).rsplit(", ", 1)[-1]
-            finished[precision] = finished.get(precision, 0) + 1
+            made[precision] = made.get(precision, 0) + 1
     here = sorted({resolve_precision(p.cfg.common.precision, select_device(p.cfg)) for p in todo})
-    if not finished or set(here) <= set(finished):
+    if not made or set(here) <= set(made):
         return ""
-    made = ", ".join(f"{n} in {k}" for k, n in sorted(finished.items()))
+    counts = ", ".join(f"{n} in {k}" for k, n in sorted(made.items()))
     return (
-        f"warning: the finished runs in {out} were computed {made}; this machine computes the "
-        f"{len(todo)} pending in {' and '.join(here)}, so their rows will not pair with them "
-        "(common_args.precision: auto is bfloat16 only on CPUs with AMX-BF16 or AVX-512 BF16, or a GPU); "
-        "Ctrl-C keeps what is finished"
+        f"warning: the runs already in {out} (finished or stopped) were computed {counts}; this machine "
+        f"computes the {len(todo)} pending in {' and '.join(here)}, so their rows will not pair with "
+        "them and a stopped run continued here would mix the two (common_args.precision: auto is "
+        "bfloat16 only on CPUs with AMX-BF16 or AVX-512 BF16, or a GPU); Ctrl-C keeps what is finished"
     )
 
 
