@@ -911,6 +911,18 @@ def test_pending_runs_in_another_precision_than_the_finished_ones_are_named(tmp_
     stopped.mkdir()
     (stopped / "summary.json").write_text(json.dumps({"status": "interrupted", "device": "CPU, 1 thread, bfloat16"}))
     assert " were computed 2 in bfloat16; " in fidelity_run.precision_mismatch([pending("float32")], out)
+    # a run resumed on another machine counts in both precisions (its summary's device history)
+    mixed = out / "bbc_news" / "runs" / "fes-s2"
+    mixed.mkdir()
+    history = [
+        {"from_round": 0, "device": "CPU, 1 thread, float32"},
+        {"from_round": 4, "device": "NVIDIA H200, bfloat16"},
+    ]
+    (mixed / "summary.json").write_text(json.dumps({"device": "NVIDIA H200, bfloat16", "device_history": history}))
+    assert " were computed 3 in bfloat16, 1 in float32; " in fidelity_run.precision_mismatch([pending("float32")], out)
+    assert " were computed 3 in bfloat16, 1 in float32; " in fidelity_run.precision_mismatch([pending("bfloat16")], out)
+    (mixed / "summary.json").unlink()
+    mixed.rmdir()
 
     # the harness says it before anything runs (stopped here at the MLM build, as by Ctrl-C)
     def interrupted(*_args):

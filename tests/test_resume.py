@@ -109,6 +109,15 @@ def _uninterrupted(tmp_path, raw) -> Path:
     return run_dir
 
 
+def _computed_elsewhere(run_dir: Path, device: str) -> None:
+    """The checkpoint says another machine computed its rounds (as one copied from it would)."""
+    import torch
+
+    state = load_checkpoint(run_dir)  # memory-mapped: written beside it, then renamed over it
+    torch.save({**state, "devices": [[0, device]]}, run_dir / "edited.pt")
+    os.replace(run_dir / "edited.pt", run_dir / CHECKPOINT_FILE)
+
+
 def _cli(args: list[str], env: dict | None = None, timeout: float = 300):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -185,12 +194,20 @@ def test_fedcls_killed_from_outside_resumes_to_the_same_metrics(tmp_path, tiny_m
     done = load_checkpoint(run_dir)["round"]
     assert 0 <= done < 4
 
-    # continued from the run folder's own config.yaml (every section, split_args at its defaults)
+    # continued from the run folder's own config.yaml (every section, split_args at its defaults),
+    # on "another machine": the summary names both devices and from which round each computed
+    _computed_elsewhere(run_dir, "NVIDIA H200, bfloat16")
     own = ["run", "--cf", str(run_dir / "config.yaml"), "--run-dir", str(run_dir), "--no-progress"]
     out = cli_here(capsys, *own + ["--resume"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"resuming after round {done} of 5" in out.stdout
     _assert_same_run(whole, run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    here = summary["device"]
+    assert here.startswith("CPU, 1 thread, ") and summary["device_history"] == [
+        {"from_round": 0, "device": "NVIDIA H200, bfloat16"},
+        {"from_round": done + 1, "device": here},
+    ]
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys):
@@ -222,8 +239,17 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
         "train_args.learning_rate (0.001 there, 0.01 here)",
     )
     assert (run_dir / "config.yaml").read_text() == before
+    # a launcher closing a run whose server could not (killed): the checkpoint's rounds and device
+    from fedml_fes.runtime.session import summary_from_checkpoint
+
+    closed = summary_from_checkpoint(run_dir, "test_acc", "fedml_mpi", "failed", "rank 0 was killed")
+    assert closed["rounds_completed"] == 2 and closed["device"].startswith("CPU, 1 thread, ")
+    assert "device_history" not in closed
+    (run_dir / "summary.json").unlink()
     # a key that changes no result (the log level) is no difference; a checkpoint of the last
-    # round without a summary: the run is closed, no round runs again
+    # round without a summary: the run is closed, no round runs again, and every round was
+    # computed where the checkpoint says (copied here from another machine)
+    _computed_elsewhere(run_dir, "NVIDIA H200, bfloat16")
     out = cli_here(
         capsys,
         *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--resume", "--no-progress"],
@@ -232,6 +258,8 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, tiny_model_dir, capsys
     assert out.returncode == 0 and '"rounds_completed": 2' in out.stdout, out.stderr[-2000:]
     assert "resuming after round 1 of 2" in out.stdout and not re.search(r"round +\d+: ", out.stdout)
     assert len(_rows(run_dir / "metrics.csv", set())) == 2
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["device"] == "NVIDIA H200, bfloat16" and "device_history" not in summary
     # the run is complete now: a fresh run may reuse its folder
     out = cli_here(capsys, *["run", "--cf", str(cf), "--run-dir", str(run_dir), "--no-progress"])
     assert out.returncode == 0, out.stderr[-2000:]

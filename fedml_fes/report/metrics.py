@@ -115,3 +115,25 @@ def format_row(row: dict[str, Any], metric: str) -> str:
     if "pseudo_total" in row and "pseudo_acc" in row:
         line += f"  pseudo={row['pseudo_total']} (pass acc {_shown(row['pseudo_acc'])})"
     return line + f"  clients={row['clients']}  {row['round_wall_s']:.1f}s"
+
+
+def device_fields(history: list[list]) -> dict[str, Any]:
+    """summary.json's device keys from a run's device history, [[first round, device], ...] in
+    round order (the checkpoint keeps it, so a run resumed on another machine says so): `device`,
+    what computed its last rounds, and `device_history` where the rounds were not all computed
+    on one device from round 0 (a run resumed elsewhere, or a checkpoint older than the history)."""
+    if not history:
+        return {}
+    fields: dict[str, Any] = {"device": history[-1][1]}
+    if len(history) > 1 or history[0][0] != 0:
+        fields["device_history"] = [{"from_round": int(r), "device": d} for r, d in history]
+    return fields
+
+
+def summary_devices(summary: dict) -> list[str]:
+    """Every device a run's rounds were computed on, from its summary.json (empty: not recorded)."""
+    history = summary.get("device_history") or []
+    named = [str(h["device"]) for h in history if isinstance(h, dict) and h.get("device")]
+    if not named and summary.get("device"):
+        named = [str(summary["device"])]
+    return list(dict.fromkeys(named))

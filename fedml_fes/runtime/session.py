@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FesError
-from ..report.metrics import RunRecorder
+from ..precision import describe_device
+from ..report.metrics import RunRecorder, device_fields
 from .checkpoint import (
     CHECKPOINT_FILE,
     clear_earlier_run,
@@ -45,6 +46,8 @@ class ServerSession:
         self.server = RoundServer(job, aggregator, self.recorder)
         self.checkpointed: int | None = None  # the last round checkpoint.pt holds
         self.closed = False  # summary.json written: completed, failed or interrupted
+        # [[first round, device], ...]: what computed which rounds, kept in the checkpoint
+        self.devices: list[list] = [[0, self._device()]]
         if resume:
             self._resume()
         else:
@@ -70,6 +73,7 @@ class ServerSession:
                 "primary_metric": self.job.method.primary_metric,
                 "classes": list(self.job.data.classes),
                 "runtime": self.runtime,
+                "devices": self.devices,
             },
         )
         self.checkpointed = round_idx
@@ -84,6 +88,9 @@ class ServerSession:
         self.recorder.load_state_dict(state["recorder"])
         self.server.cost_log.continue_file()
         self.checkpointed = int(state["round"])
+        self.devices = resumed_devices(
+            state.get("devices") or [], self.next_round, self.server.num_rounds, self._device()
+        )
         self.recorder.log_event(
             f"resumed from round {self.next_round} (rounds 0-{self.checkpointed} restored from {CHECKPOINT_FILE})"
         )
@@ -113,7 +120,7 @@ class ServerSession:
             initial=initial,
             test=self._test(),
             initial_test=self._test(self.server.initial),
-            device=self._device(),
+            **device_fields(self.devices),
             below_start=warning is not None,
             **({"warning": warning} if warning else {}),
             **extra,
@@ -130,15 +137,13 @@ class ServerSession:
             run_dir=str(self.run_dir),
             initial=self._initial(),
             test=self._test(),
-            device=self._device(),  # a stopped run continued elsewhere: what computed its first rounds
+            **device_fields(self.devices),
         )
         self.closed = True
         self._plot()
         return summary
 
     def _device(self) -> str:
-        from ..precision import describe_device
-
         return describe_device(self.job.device, self.job.cfg.common.precision)
 
     def _plot(self) -> None:
@@ -165,6 +170,15 @@ class ServerSession:
         key = self.job.method.primary_metric
         scored = [r[key] for r in self.recorder.rows if r.get(key) == r.get(key)]
         return scored[-1] if scored else None
+
+
+def resumed_devices(earlier: list[list], next_round: int, num_rounds: int, device: str) -> list[list]:
+    """A resumed run's device history: the checkpoint's (none in one older than the history),
+    and this device from `next_round` on where it differs from the last one's and rounds remain."""
+    history = [list(h) for h in earlier]
+    if next_round < num_rounds and (not history or history[-1][1] != device):
+        history.append([next_round, device])
+    return history
 
 
 def below_start_warning(initial: dict[str, Any], final: float | None, metric: str) -> str | None:
@@ -202,4 +216,5 @@ def summary_from_checkpoint(
             server = state["server"]
             extra["initial"] = {k: v for k, v in server["initial"].items() if k not in CLASS_DETAILS}
             extra["test"] = {"classes": state["classes"], **server["last_test"]} if server["last_test"] else {}
+            extra.update(device_fields(state.get("devices") or []))  # what computed the checkpointed rounds
     return recorder.finish(status, error=error, runtime=runtime, run_dir=str(run_dir), **extra)

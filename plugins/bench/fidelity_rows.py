@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from fedml_fes.config import FesConfig, config_from_dict
 from fedml_fes.errors import FesError
+from fedml_fes.report.metrics import summary_devices
 from fedml_fes_plugins.bench.fidelity_spec import KNOWN, METHODS, ZERO_SHOT
 
 DEVICE = "jetson_tx2"  # emulated time: the Jetson TX2 profile (run_configs/devices/jetson_tx2.yaml)
@@ -154,7 +155,7 @@ def run_row(run_dir: Path) -> dict[str, Any] | None:
         "bytes_up": int(sum(num(r, "bytes_up") for r in rows)),
         "emulated_hours": emulated_hours(run_dir, cfg),
         "model": cfg.model.model,
-        "device": summary.get("device", ""),
+        "device": " then ".join(summary_devices(summary)),  # a run resumed elsewhere names both
         "_config": cfg.to_dict(),
         "_run_dir": str(run_dir),
         "_gold": gold_classes(run_dir, cfg),

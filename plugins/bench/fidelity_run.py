@@ -122,6 +122,7 @@ def precision_mismatch(todo: list[Pending], out: Path) -> str:
     stopped run continued here would mix the two, and the config check cannot see it (the config
     says `auto` either way). Empty when they agree."""
     from fedml_fes.precision import resolve_precision
+    from fedml_fes.report.metrics import summary_devices
     from fedml_fes.runtime.job import select_device
 
     made: dict[str, int] = {}
@@ -130,11 +131,11 @@ def precision_mismatch(todo: list[Pending], out: Path) -> str:
             s = json.loads(summary.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if s.get("device"):
-            precision = str(s["device"]).rsplit(", ", 1)[-1]
+        # a run resumed on another machine counts in each precision its rounds were computed in
+        for precision in {device.rsplit(", ", 1)[-1] for device in summary_devices(s)}:
             made[precision] = made.get(precision, 0) + 1
     here = sorted({resolve_precision(p.cfg.common.precision, select_device(p.cfg)) for p in todo})
-    if not made or set(here) <= set(made):
+    if not made or set(here) == set(made):  # one precision in the folder, and it is this machine's
         return ""
     counts = ", ".join(f"{n} in {k}" for k, n in sorted(made.items()))
     return (
