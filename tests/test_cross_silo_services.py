@@ -227,3 +227,42 @@ def test_free_ports_stay_out_of_the_kernels_ephemeral_range():
     ports = {free_port() for _ in range(20)}
     assert all(10000 <= p < low for p in ports)
     assert len(ports) > 1
+
+
+def test_local_launchers_share_the_cores_among_their_processes(tmp_path, monkeypatch):
+    """common_args.torch_threads 0 (torch's default: every core in each process) becomes this
+    machine's cores shared among the processes a launcher starts here; a set value, or the
+    user's own OMP_NUM_THREADS, wins. mpirun's ranks and cross-silo's processes alike."""
+    from types import SimpleNamespace
+
+    from fedml_fes_plugins.cross_silo.services import LocalRun
+    from fedml_fes_plugins.runtimes import launcher
+    from fedml_fes_plugins.runtimes.rank import process_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [process_threads(0, n) for n in (1, 3, 4, 16)] == [8, 2, 2, 1]
+    assert process_threads(3, 4) == 3
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    run = LocalRun()
+    run.path = tmp_path
+    run.prepare(0, 4)  # a server and three silos
+    assert run.env["OMP_NUM_THREADS"] == "2"
+
+    seen: list[dict] = []
+
+    def popen(cmd, env, **_kw):
+        seen.append(env)
+        raise OSError("not started")
+
+    monkeypatch.setattr(launcher.subprocess, "Popen", popen)
+    job = SimpleNamespace(cfg=SimpleNamespace(common=SimpleNamespace(torch_threads=0)), np=3)
+    with pytest.raises(OSError):
+        launcher.run_ranks(job, ["mpirun"], log=None)
+    assert seen[-1]["OMP_NUM_THREADS"] == "2"
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    run.prepare(0, 4)
+    assert run.env["OMP_NUM_THREADS"] == "3"
+    with pytest.raises(OSError):
+        launcher.run_ranks(job, ["mpirun"], log=None)
+    assert seen[-1]["OMP_NUM_THREADS"] == "3"

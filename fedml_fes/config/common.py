@@ -24,7 +24,10 @@ class CommonConfig:
     run_name: str = ""  # empty: <method>-<dataset>-<seed>-<time>
     output_dir: str = "runs"  # run directories are created below it
     cache_dir: str = ""  # empty: <output_dir>/cache (e.g. the federated MLM build)
-    torch_threads: int = 0  # 0: torch's default; pin it to compare runtimes bit for bit
+    # 0: torch's default in one process; the local launchers (mpirun, cross-silo-local,
+    # cross-device-local) share this machine's cores among their processes. Pin it to compare
+    # runtimes bit for bit
+    torch_threads: int = 0
     # forward passes in float32 or under bfloat16 autocast; auto: bfloat16 where the hardware
     # has it (CUDA, CPUs with AMX / AVX-512 BF16), else float32 (fedml_fes/precision.py)
     precision: str = "auto"

@@ -120,9 +120,9 @@ def run_local(job: LocalJob) -> dict[str, Any]:
             from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
             ensure_mlm_build(cfg, job.echo)
-        run.prepare(cfg.common.torch_threads)
-        base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
         edges, per = list(settings.edge_ids), max(1, job.devices_per_process)
+        run.prepare(cfg.common.torch_threads, 1 + -(-len(edges) // per))  # the server and the device processes
+        base = [sys.executable, "-W", "ignore", "-m", MODULE, "--cf", str(effective), "--run-dir", str(path)]
         for group in (edges[i : i + per] for i in range(0, len(edges), per)):
             first, last = group[0], group[-1]
             if first == last:

@@ -165,7 +165,7 @@ def run_local(job: LocalJob, resume: bool = False, tls: bool = True) -> dict[str
         else:
             preflight(settings, 0)
         ensure_mlm_build(cfg, job.echo)
-        run.prepare(cfg.common.torch_threads)
+        run.prepare(cfg.common.torch_threads, 1 + len(settings.ranks))  # the server and the silos
         base = [
             sys.executable,
             "-W",

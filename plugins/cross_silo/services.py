@@ -29,6 +29,7 @@ from typing import Any, Callable
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.cross_silo.certs import rank_name
 from fedml_fes_plugins.cross_silo.tls import TlsFiles
+from fedml_fes_plugins.runtimes.rank import process_threads
 
 MOSQUITTO_PATHS = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto")
 
@@ -70,14 +71,14 @@ def die_with_parent() -> None:
             pass
 
 
-def child_env(run_dir: Path, torch_threads: int) -> dict[str, str]:
+def child_env(run_dir: Path, threads: int) -> dict[str, str]:
     """A launched process's environment: it writes under the launcher's lock on `run_dir`
-    (handed down, `rundir.inherited_lock_env`) and, with `torch_threads` set, BLAS uses as many."""
+    (handed down, `rundir.inherited_lock_env`) and computes on `threads` threads
+    (`rank.process_threads`) unless OMP_NUM_THREADS says otherwise."""
     from fedml_fes.runtime.rundir import inherited_lock_env
 
     env = {**os.environ, **inherited_lock_env(run_dir)}
-    if torch_threads > 0:
-        env.setdefault("OMP_NUM_THREADS", str(torch_threads))
+    env.setdefault("OMP_NUM_THREADS", str(threads))
     return env
 
 
@@ -212,9 +213,10 @@ class LocalRun:
         self.path: Path | None = None  # the run directory, locked, once it exists
         self.env: dict[str, str] = {}
 
-    def prepare(self, torch_threads: int) -> None:
-        """Before the first child: their environment and `<run_dir>/logs/`."""
-        self.env = child_env(self.path, torch_threads)
+    def prepare(self, torch_threads: int, processes: int) -> None:
+        """Before the first child: their environment (`processes` of them computing here) and
+        `<run_dir>/logs/`."""
+        self.env = child_env(self.path, process_threads(torch_threads, processes))
         (self.path / "logs").mkdir(exist_ok=True)
 
     def start(self, kind: type[Child], name: str, cmd: list[str], log_name: str) -> None:

@@ -30,6 +30,7 @@ from typing import Callable
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.runtimes.mpi_main import TAG
+from fedml_fes_plugins.runtimes.rank import process_threads
 from fedml_fes_plugins.runtimes.signals import die_with_parent, end_process_tree, interrupt_reason
 
 # prterun's banner when a rank dies by a signal (wrapped over lines)
@@ -137,9 +138,8 @@ def run_ranks(job: MpirunJob, cmd: list[str], log, tag: str = TAG) -> tuple[int,
     echo. Returns (exit code, the ranks' first error line); whatever ends the wait (the end, a
     stop, the job's timeout) first ends every process it started (mpirun runs in a session of
     its own and dies with this process)."""
-    env = dict(os.environ)
-    if job.cfg.common.torch_threads > 0:  # keep ranks from oversubscribing cores
-        env.setdefault("OMP_NUM_THREADS", str(job.cfg.common.torch_threads))
+    env = dict(os.environ)  # keep the ranks from oversubscribing this machine's cores
+    env.setdefault("OMP_NUM_THREADS", str(process_threads(job.cfg.common.torch_threads, job.np)))
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
