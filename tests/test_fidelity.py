@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import time
 from pathlib import Path
 
@@ -948,6 +949,9 @@ from pathlib import Path
 from fedml_fes_plugins.bench import fidelity_run
 
 def run_job(cfg, run_dir, tag, resume=False):  # the spawned workers run this file again: theirs too
+    if os.environ.get("STUBBORN"):  # a run that does not stop when asked
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     (Path(run_dir) / "pid").write_text(str(os.getpid()))
     time.sleep(300)
@@ -962,17 +966,26 @@ if __name__ == "__main__":
 """
 
 
-def test_sigterm_to_the_parallel_harness_stops_its_workers(tmp_path):
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_sigterm_to_the_parallel_harness_stops_its_workers(tmp_path, stubborn):
     """`--jobs 2`: a SIGTERM to the harness (a session's end, `kill`) stops the runs in its workers
-    as a SIGINT does; it used to end the harness alone, and its workers ran on, orphaned."""
+    as a SIGINT does; it used to end the harness alone, and its workers ran on, orphaned.
+    `stubborn`: the workers ignore it and a second SIGTERM comes while the harness waits for them
+    (Ctrl-C twice, `timeout` and `kill` both): it kills them at once and still names the runs; it
+    used to end the harness with no line, its workers left running."""
     import signal
     import subprocess
     import sys
 
     script = tmp_path / "harness.py"
     script.write_text(PARALLEL_HARNESS)
+    env = {**os.environ, **({"STUBBORN": "1"} if stubborn else {})}
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     pid_files = [tmp_path / "out" / m / "pid" for m in ("fedfsl", "fes")]
     deadline = time.monotonic() + 120
@@ -981,7 +994,14 @@ def test_sigterm_to_the_parallel_harness_stops_its_workers(tmp_path):
         time.sleep(0.1)
     workers = [int(f.read_text()) for f in pid_files]
     proc.send_signal(signal.SIGTERM)
+    if stubborn:  # the harness waits up to 60 s for workers that ignore it: stopped again meanwhile
+        time.sleep(3)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        second = time.monotonic()
     _out, err = proc.communicate(timeout=120)
+    if stubborn:
+        assert time.monotonic() - second < 30  # killed at once, not after the 60 s wait
     assert "fidelity interrupted during bbc_news fedfsl s0, bbc_news fes s0" in err, err[-2000:]
 
     from .test_cross_silo_integration import _wait_dead

@@ -209,6 +209,24 @@ def _run_all(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
     return _run_parallel(todo, jobs, echo)
 
 
+def stop_workers(procs: list, wait_s: float = 60) -> None:
+    """SIGTERM each worker (its run marks itself interrupted and keeps its last checkpoint), wait
+    up to `wait_s` for them, then SIGKILL what is left. A second stop while waiting (a
+    KeyboardInterrupt) goes straight to SIGKILL, so the harness still ends its workers and names
+    the runs it stopped."""
+    try:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout=wait_s)
+    except KeyboardInterrupt:
+        pass
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+
+
 def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dict[str, Any]:
     """One run (or the rest of a checkpointed one, `resume`), in this process, holding its folder's
     lock as `fedml-fes run` does (two harnesses on one --out never write one run together); its
@@ -322,13 +340,8 @@ def _run_parallel(todo: list[Pending], jobs: int, echo: Echo) -> list[str]:
                     failed.append(p.tag)
     except KeyboardInterrupt:
         running = [w["job"][1].tag for w in workers if w["job"] is not None]
-        for w in workers:  # SIGTERM: a run marks itself interrupted and its worker exits
-            if w["proc"].is_alive():
-                w["proc"].terminate()
-        for w in workers:
-            w["proc"].join(timeout=60)
-            if w["proc"].is_alive():
-                w["proc"].kill()
+        with stop_on_signals():  # a second SIGINT or SIGTERM (Ctrl-C twice, `timeout`) while stopping
+            stop_workers([w["proc"] for w in workers])
         raise BenchInterrupted(
             f"fidelity interrupted during {', '.join(running) or 'scheduling'}; finished runs "
             f"are kept (interrupted ones continue from their last checkpoint); run the same command "
