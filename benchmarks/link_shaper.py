@@ -12,7 +12,7 @@ stays end to end, the proxy sees only ciphertext.
 
 Faults:
 - `cut_next(direction, after_bytes)`: the next connection that carries more than
-  `after_bytes` in `direction` is aborted right there (both sides see a reset), mid-message;
+  `after_bytes` in `direction` from now on is aborted right there (both sides see a reset), mid-message;
 - `partition(seconds)`: every open connection of the link is aborted and new ones are
   refused (accepted, then closed at once) until `heal()` or the seconds have passed.
 
@@ -112,6 +112,9 @@ class Link:
         self.connections: list[Connection] = []
         self.events: list[str] = []
         self._cut: dict[str, int] = {}  # direction -> after_bytes, one-shot
+        # direction -> {id(connection): its bytes when the cut was armed}: a persistent connection
+        # (gRPC keeps one for many messages) is cut after `after_bytes` more, not at its next byte
+        self._cut_base: dict[str, dict[int, int]] = {}
         self._partitioned_until: float | None = None
         self._servers: list[asyncio.base_events.Server] = []
 
@@ -134,8 +137,9 @@ class Link:
                 self.dirs[d].jitter_s = jitter_s
 
     def cut_next(self, direction: str, after_bytes: int) -> None:
-        """Abort the next connection carrying more than `after_bytes` in `direction`, there."""
-        self.shaper.loop.call_soon_threadsafe(self._cut.__setitem__, direction, int(after_bytes))
+        """Abort the next connection carrying more than `after_bytes` more in `direction`, there
+        (an open connection counts from now: what it carried before is not part of the message)."""
+        self.shaper.loop.call_soon_threadsafe(self._arm_cut, direction, int(after_bytes))
 
     def partition(self, seconds: float | None = None) -> None:
         """Abort every open connection and refuse new ones until `heal()` (or `seconds` pass)."""
@@ -154,6 +158,10 @@ class Link:
         return sum(c.cut for c in self.connections)
 
     # ---- on the loop ---------------------------------------------------------------------
+    def _arm_cut(self, direction: str, after_bytes: int) -> None:
+        self._cut[direction] = after_bytes
+        self._cut_base[direction] = {id(c): c.bytes[direction] for c in self.connections if c.closed is None}
+
     def _partition(self, seconds: float | None) -> None:
         self._partitioned_until = time.monotonic() + (seconds if seconds is not None else 1e12)
         self.events.append(f"{time.time():.3f} partition {seconds}")
@@ -223,8 +231,9 @@ class Link:
             while chunk := await reader.read(CHUNK):
                 conn.first_in.setdefault(direction, time.time())
                 limit = self._cut.get(direction)
-                if limit is not None and conn.bytes[direction] + len(chunk) > limit:
-                    chunk = chunk[: limit - conn.bytes[direction]]
+                carried = conn.bytes[direction] - self._cut_base.get(direction, {}).get(id(conn), 0)
+                if limit is not None and carried + len(chunk) > limit:
+                    chunk = chunk[: limit - carried]
                     del self._cut[direction]
                     conn.cut = True
                     self.events.append(f"{time.time():.3f} cut {direction} at {limit} bytes ({conn.listener})")

@@ -236,10 +236,11 @@ def test_local_launchers_share_the_cores_among_their_processes(tmp_path, monkeyp
     from types import SimpleNamespace
 
     from fedml_fes_plugins.cross_silo.services import LocalRun
-    from fedml_fes_plugins.runtimes import launcher
+    from fedml_fes_plugins.runtimes import launcher, rank
     from fedml_fes_plugins.runtimes.rank import process_threads
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert 1 <= rank.usable_cores() <= (os.cpu_count() or 1)
+    monkeypatch.setattr(rank, "usable_cores", lambda: 8)
     assert [process_threads(0, n) for n in (1, 3, 4, 16)] == [8, 2, 2, 1]
     assert process_threads(3, 4) == 3
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

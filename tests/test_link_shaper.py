@@ -153,3 +153,33 @@ def test_link_partition_refuses_until_healed(shaper):
     link.heal()
     time.sleep(0.05)
     assert _request(port, 100, expect=5)[1] == 5
+
+
+def _wait(condition, timeout_s: float = 5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_link_cut_counts_an_open_connections_bytes_from_when_it_is_armed(shaper):
+    """gRPC keeps one connection for many messages: a cut armed after that connection carried
+    more than `after_bytes` waits for that many more (the next message, mid-way), not for its
+    next byte (a few bytes such as a ping would take the cut, and the update meant gets through)."""
+    sink = Sink()
+    link = shaper.link("d")
+    port = link.forward(sink.port, "up")
+    with pytest.raises(OSError):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            c.sendall(b"x" * 30_000)  # an earlier message on the same connection
+            _wait(lambda: link.connections and link.connections[-1].bytes["up"] == 30_000)
+            link.cut_next("up", 20_000)
+            time.sleep(0.1)  # armed on the shaper's loop
+            c.sendall(b"y" * 10)  # a ping: passes
+            _wait(lambda: link.connections[-1].bytes["up"] == 30_010)
+            assert link.cuts == 0
+            c.sendall(b"x" * 200_000 + b"!")
+            if not c.recv(10):  # a peer that closed instead of resetting
+                raise ConnectionResetError("closed")
+    _wait(lambda: sink.received)
+    assert sink.received == [50_000] and link.cuts == 1  # 20,000 bytes after arming, the ping among them

@@ -20,7 +20,15 @@ def process_threads(torch_threads: int, processes: int) -> int:
     two threads, 76 s with one."""
     if torch_threads > 0:
         return torch_threads
-    return max(1, (os.cpu_count() or 1) // max(1, processes))
+    return max(1, usable_cores() // max(1, processes))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no sched_getaffinity (macOS): every core
+        return os.cpu_count() or 1
 
 
 def add_process_arguments(
