@@ -231,12 +231,13 @@ class Link:
             while chunk := await reader.read(CHUNK):
                 conn.first_in.setdefault(direction, time.time())
                 limit = self._cut.get(direction)
-                carried = conn.bytes[direction] - self._cut_base.get(direction, {}).get(id(conn), 0)
-                if limit is not None and carried + len(chunk) > limit:
-                    chunk = chunk[: limit - carried]
-                    del self._cut[direction]
-                    conn.cut = True
-                    self.events.append(f"{time.time():.3f} cut {direction} at {limit} bytes ({conn.listener})")
+                if limit is not None:  # the bytes since the cut was armed: only while one is
+                    carried = conn.bytes[direction] - self._cut_base[direction].get(id(conn), 0)
+                    if carried + len(chunk) > limit:
+                        chunk = chunk[: limit - carried]
+                        del self._cut[direction]
+                        conn.cut = True
+                        self.events.append(f"{time.time():.3f} cut {direction} at {limit} bytes ({conn.listener})")
                 await d.bucket.take(len(chunk))
                 conn.bytes[direction] += len(chunk)
                 conn.last_in[direction] = time.time()
