@@ -130,3 +130,78 @@ def test_numbered_classes_take_the_verbalizer_in_official_order(tok):
         match_classes(words, ("1", "2", "3"))  # 3 numbered classes, 4 words: no guess
     with pytest.raises(FesError, match=r"does not cover classes \['Health'\]"):
         match_classes(words, ("World", "Sports", "Business", "Health"))
+
+
+# ---- long texts are cut to their first max_len words before tokenizing (prompt/words.py) ----
+
+
+def _byte_level_bpe():
+    """A GPT-2-style byte-level BPE (SmolLM2's and RoBERTa's kind), trained here on a few texts."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from fedml_fes.data.readers import read_bbc_news
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(read_bbc_news().texts[:200], vocab_size=600, show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, pad_token="<pad>", mask_token="<mask>")
+
+
+def _whole_text_only():
+    """A BPE whose pre-tokenizer does not split on whitespace: nothing may be cut."""
+    from tokenizers import Tokenizer, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE(unk_token="<unk>"))
+    raw.train_from_iterator(["some words here and there"] * 5, trainers.BpeTrainer(special_tokens=["<unk>"]))
+    return PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>")
+
+
+ODD_TEXTS = [
+    "one two  three\tfour\n\nfive " + " ".join(f"w{i}" for i in range(80)),  # runs of whitespace
+    "   leading spaces then " + "word, " * 70 + " and a trailing run   ",
+    "Ünïcödé naïve café — déjà vu! " * 20 + "x" * 300,  # accents, a 300-letter word
+    "short text",
+    "exactly " * 16,
+    "It's the 1990s' best: $12.50/hr (e.g. \"quotes\"), isn't it? " * 15,
+]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "byte_level"])
+def test_cut_texts_give_the_tokens_of_the_whole_text(tok, kind):
+    """The prompt encoder's ids (single texts and pairs) and the head classifier's batches are the
+    same as from the whole texts, on real articles (about 400 words each) and on odd spacing,
+    punctuation and long words."""
+    from fedml_fes.data.readers import read_bbc_news
+    from fedml_fes.prompt.classifier import encode
+    from fedml_fes.prompt.words import words_apart
+
+    tokenizer = tok if kind == "wordpiece" else _byte_level_bpe()
+    assert words_apart(tokenizer)
+    texts = list(read_bbc_news().texts[:60]) + ODD_TEXTS
+    for max_len in (8, 64):
+        pattern = "{text_a} Topic: {mask}" if kind == "byte_level" else "[Topic: {mask}] {text_a} {text_b}"
+        fast = PromptEncoder(tokenizer, pattern, max_len, causal=kind == "byte_level")
+        whole = PromptEncoder(tokenizer, pattern, max_len, causal=kind == "byte_level")
+        whole._cut = False
+        assert fast._cut
+        for i, text in enumerate(texts):
+            b = None if kind == "byte_level" else texts[-1 - i]
+            assert fast.ids(text, b) == whole.ids(text, b), (max_len, text[:60])
+        got = encode(tokenizer, texts, max_len)["input_ids"].tolist()
+        want = tokenizer(texts, truncation=True, max_length=max_len, padding="longest")["input_ids"]
+        assert got == want  # pairs are never cut: the longer of the two decides their truncation
+
+
+def test_tokenizers_that_may_not_be_cut_get_the_whole_text(tok):
+    from fedml_fes.prompt.words import cut_texts, head_words, words_apart
+
+    assert head_words("a b  c d", 2) == "a b" and head_words("  a b ", 2) == "  a b ", head_words("a b c", 5) == "a b c"
+    left = load_tokenizer("offline:all-MiniLM-L6-v2")
+    left.truncation_side = "left"  # keeps a text's last tokens: its first words are the wrong ones
+    no_split = _whole_text_only()
+    long = " ".join(["word"] * 50)
+    for tokenizer in (left, no_split):
+        assert not words_apart(tokenizer)
+        assert cut_texts(tokenizer, [long], 8) == [long]
+    assert cut_texts(tok, [long], 8) == [" ".join(["word"] * 8)]

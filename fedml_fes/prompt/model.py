@@ -26,6 +26,7 @@ from transformers.activations import gelu
 from ..errors import FesError
 from ..models import mlm_head
 from .pvp import split_pattern
+from .words import head_words, words_apart
 
 
 def _special_template(tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[int]]:
@@ -79,14 +80,22 @@ class PromptEncoder:
         if self.fixed >= max_len:
             raise FesError(f"pattern {pattern!r} needs {self.fixed} tokens, more than max_seq_length={max_len}")
         self._memo: dict[tuple[str, bool], list[int]] = {}
+        self._cut = words_apart(tokenizer)  # tokenize a long text's first max_len words only
 
     def _text_ids(self, text: str, lead: bool) -> list[int]:
         key = (text, lead)
         if key not in self._memo:
-            self._memo[key] = self.tok(
-                (" " if lead else "") + text, add_special_tokens=False, truncation=True, max_length=self.max_len
-            )["input_ids"]
+            self._memo[key] = self._encode((" " if lead else "") + text)
         return self._memo[key]
+
+    def _encode(self, text: str) -> list[int]:
+        if self._cut:
+            head = head_words(text, self.max_len)
+            if head is not text:
+                ids = self.tok(head, add_special_tokens=False)["input_ids"]
+                if len(ids) >= self.max_len:
+                    return ids[: self.max_len]
+        return self.tok(text, add_special_tokens=False, truncation=True, max_length=self.max_len)["input_ids"]
 
     def ids(self, text_a: str, text_b: str | None = None) -> list[int]:
         lead_a = next(lead for k, _, lead in self.parts if k == "text_a")
