@@ -26,6 +26,9 @@ from .test_cross_silo_services import ensure_mosquitto
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 RUN_LIMIT_S = 500
+# two silos, so that one can fail beside a healthy one; each more silo is one more process,
+# about 13 s of CPU importing torch, transformers and FedML before its first round
+SILOS = 2
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +40,7 @@ def _config(tmp_path: Path, model_dir: str, backend: str, name: str = "c.yaml", 
     raw = small_config(tmp_path, model_dir, **sections)
     raw["common_args"]["training_type"] = "cross_silo"
     raw.setdefault("comm_args", {}).update(
-        {"backend": backend, "silo_num": 3, "join_timeout_s": 240, **sections.get("comm_args", {})}
+        {"backend": backend, "silo_num": SILOS, "join_timeout_s": 240, **sections.get("comm_args", {})}
     )
     return write_config(tmp_path / name, raw)
 
@@ -114,7 +117,7 @@ class Processes:
             proc.wait()
 
 
-def _ipconfig(path: Path, silo_num: int = 3) -> str:
+def _ipconfig(path: Path, silo_num: int = SILOS) -> str:
     from fedml_fes_plugins.cross_silo.services import free_port
 
     rows = ["eid,rank,grpc_server_ip,grpc_server_port"] + [
@@ -137,7 +140,7 @@ def test_grpc_run_matches_in_process(tmp_path, tiny_model_dir, clean_home):
     local = _in_process(cf, tmp_path / "local")
     assert summary["status"] == "completed" and summary["runtime"] == "fedml_cross_silo_grpc"
     assert summary["per_round"] == local["per_round"] and len(local["per_round"]) == 3
-    assert any(line.startswith("silos joined: ranks [1, 2, 3] over GRPC (TLS)") for line in lines)
+    assert any(line.startswith(f"silos joined: ranks {list(range(1, SILOS + 1))} over GRPC (TLS)") for line in lines)
     assert any(line.startswith("round   2: test_acc=") for line in lines)
     assert [r["clients"] for r in _rows(tmp_path / "silo")] == [r["clients"] for r in _rows(tmp_path / "local")]
     assert list(clean_home.iterdir()) == []
@@ -180,10 +183,10 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
     local = _in_process(cf, tmp_path / "local")
     assert summary["per_round"][:r] == local["per_round"][:r]  # identical until the dropout
     pids = json.loads((run_dir / "processes.json").read_text())
-    assert set(pids) == {"server", "silo1", "silo2", "silo3", "mosquitto", "moto"}
+    assert set(pids) == {"server", *(f"silo{r}" for r in range(1, SILOS + 1)), "mosquitto", "moto"}
     assert _wait_dead(pids.values(), 5) == []
     broker_log = (run_dir / "services" / "mosquitto" / "mosquitto.log").read_text()
-    assert all(f"u'rank-{r}'" in broker_log for r in range(4))  # TLS: each process is its certificate
+    assert all(f"u'rank-{r}'" in broker_log for r in range(SILOS + 1))  # TLS: each process is its certificate
     assert "Denied" not in broker_log  # the ACL lets every process do its job
     print(
         f"\nper-round wall, tiny model: in-process {_round_wall(tmp_path / 'local'):.3f}s, "
@@ -191,7 +194,7 @@ def test_mqtt_s3_run_survives_a_silo_killed_mid_round(tmp_path, tiny_model_dir, 
     )
 
 
-def _owned_by(rank: int, clients: str, silo_num: int = 3) -> list[int]:
+def _owned_by(rank: int, clients: str, silo_num: int = SILOS) -> list[int]:
     return [int(c) for c in clients.split() if 1 + int(c) % silo_num == rank]
 
 
@@ -212,7 +215,7 @@ def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path
     run_dir = tmp_path / "run"
     with Processes(cf, tmp_path / "logs") as procs:
         server = procs.start("server", "server", 0, run_dir)
-        for rank in (1, 2, 3):
+        for rank in range(1, SILOS + 1):
             procs.start(f"silo{rank}", "client", rank, run_dir / "silos" / str(rank))
         procs.wait_for("silo2", "stalling in round", RUN_LIMIT_S)
         store = run_dir / "silos" / "2" / "clients"
@@ -225,7 +228,7 @@ def test_grpc_silo_killed_and_restarted_continues_from_its_stored_state(tmp_path
         os.environ.pop("FES_TEST_FAULTS")  # the restarted silo does not stall (monkeypatch restores it)
         procs.start("silo2-again", "client", 2, run_dir / "silos" / "2")
         assert server.wait(timeout=RUN_LIMIT_S) == 0, procs.log("server")[-3000:]
-        for name in ("silo1", "silo2-again", "silo3"):
+        for name in ("silo1", "silo2-again", *(f"silo{r}" for r in range(3, SILOS + 1))):
             assert procs.procs[name].wait(timeout=30) == 0, procs.log(name)[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 6
@@ -327,8 +330,8 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
         tiny_model_dir,
         "GRPC",
         train_args={"comm_round": 6, "client_num_per_round": 4},
-        comm_args={"grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv"), "round_timeout_s": 120},
-    )
+        comm_args={"silo_num": 3, "grpc_ipconfig_path": _ipconfig(tmp_path / "ip.csv", 3), "round_timeout_s": 120},
+    )  # two silo processes and the rogue, a thread here, as rank 3
     run_dir = tmp_path / "run"
     stop, sent = threading.Event(), []
     rogue = threading.Thread(target=_rogue_silo, args=(cf, 3, stop, sent), daemon=True)
@@ -356,7 +359,7 @@ def test_malformed_and_non_finite_updates_are_rejected_never_averaged(tmp_path, 
     for kind in set(sent):
         assert expected[kind] in events, (kind, events)
     for row in _rows(run_dir):  # the rogue's devices (2, 5) never made it into an average
-        assert not _owned_by(3, row["clients"])
+        assert not _owned_by(3, row["clients"], silo_num=3)
     assert any(int(r["updates_accepted"]) < int(r["updates_planned"]) for r in _rows(run_dir))
 
 
@@ -377,7 +380,7 @@ def test_launcher_cleans_up_when_the_run_fails(tmp_path, tiny_model_dir, mosquit
     assert summary["status"] == "failed" and summary["rounds_completed"] == 1
     assert "injected fault in round 1" in (run_dir / "events.log").read_text()
     pids = json.loads((run_dir / "processes.json").read_text())
-    assert len(pids) == 6 and _wait_dead(pids.values(), 5) == []
+    assert len(pids) == SILOS + 3 and _wait_dead(pids.values(), 5) == []  # with the broker and S3
 
 
 def test_killing_the_launcher_leaves_no_process_behind(tmp_path, tiny_model_dir, mosquitto_exe):

@@ -23,7 +23,7 @@ from .test_cross_silo_services import ensure_mosquitto
 pytestmark = pytest.mark.slow
 RUN_LIMIT_S = 300
 # a healthy silo beside silo 2, whose link breaks; a third silo was one more process (about 13 s
-# of CPU importing torch, transformers and FedML): the file took 534 s of CPU with 3, 349 with 2
+# of CPU importing torch, transformers and FedML)
 SILOS = 2
 shaper_mod = load_benchmark_script("link_shaper")
 
