@@ -207,8 +207,8 @@ def test_three_devices_run_fes_on_fedml_cross_device_server(tmp_path, tiny_model
 def test_a_device_whose_training_fails_ends_the_run_in_one_line(tmp_path, tiny_model_dir, services_ready, faults):
     faults(raise_in_round=1)  # every device process raises when it trains in FeS round 1
     cf = write_config(tmp_path / "c.yaml", _raw(tmp_path, tiny_model_dir))
-    with pytest.raises(FesError) as err:
-        _run(cf, tmp_path / "run")
+    with pytest.raises(FesError) as err:  # the three devices in one process: one import, not three
+        _run(cf, tmp_path / "run", per_process=3)
     line = str(err.value)
     assert "\n" not in line and "injected fault in round 1" in line and line.startswith("server:")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
