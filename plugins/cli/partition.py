@@ -14,15 +14,13 @@ import argparse
 import time
 from datetime import datetime
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from fedml_fes.config import FesConfig, add_set_argument
-from fedml_fes.data.federated import FederatedData, federate
-from fedml_fes.data.fednlp_h5 import write_fednlp_data, write_fednlp_partition
-from fedml_fes.data.readers import LabeledTexts
-from fedml_fes.data.sources import load_source
-from fedml_fes.report.partition_report import count_partition, summary_lines, write_csv, write_heatmap
+
+if TYPE_CHECKING:  # imported where used: every `fedml-fes` command builds this parser
+    from fedml_fes.data.federated import FederatedData
+    from fedml_fes.data.readers import LabeledTexts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +44,10 @@ def _out_dir(cfg: FesConfig, out: str | None) -> Path:
 
 def export_fednlp(cfg: FesConfig, data: FederatedData, train: LabeledTexts, out: Path) -> tuple[Path, Path]:
     """Write FedNLP h5 files for this partition (train ids = positions, test ids follow)."""
+    import numpy as np
+
+    from fedml_fes.data.fednlp_h5 import write_fednlp_data, write_fednlp_partition
+
     d = cfg.data
     n = len(train)
     data_path = write_fednlp_data(out / f"{d.dataset}_data.h5", train, data.test, d.dataset)
@@ -84,6 +86,10 @@ def export_fednlp(cfg: FesConfig, data: FederatedData, train: LabeledTexts, out:
 
 
 def run_partition(cfg: FesConfig, opts: argparse.Namespace) -> int:
+    from fedml_fes.data.federated import federate
+    from fedml_fes.data.sources import load_source
+    from fedml_fes.report.partition_report import count_partition, summary_lines, write_csv, write_heatmap
+
     t0 = time.perf_counter()
     splits = load_source(cfg)
     t1 = time.perf_counter()
