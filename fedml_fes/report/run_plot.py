@@ -115,11 +115,12 @@ def _axes(n: int):
     return fig, list(axes) if n > 1 else [axes]
 
 
-def _size(x: float) -> str:
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+def size_text(x: float) -> str:
+    """Bytes in three significant digits of their unit: "207 kB", "1.5 GB" (figures and tables)."""
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
         if x >= scale:
             return f"{x / scale:.3g} {unit}"
-    return f"{x:.3g} B"
+    return f"{x:.0f} B"
 
 
 def _plain_text_ticks(ax, bytes_axis: bool) -> None:
@@ -130,7 +131,7 @@ def _plain_text_ticks(ax, bytes_axis: bool) -> None:
 
     class Compact(LogFormatter):
         def _num_to_string(self, x, vmin, vmax):  # the text of a tick LogFormatter labels
-            return _size(x) if bytes_axis else f"{x:.3g}"
+            return size_text(x) if bytes_axis else f"{x:.3g}"
 
     ax.xaxis.set_major_formatter(Compact(base=10))
     ax.xaxis.set_minor_formatter(Compact(base=10, labelOnlyBase=False))

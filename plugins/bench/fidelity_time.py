@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from fedml_fes.report.run_plot import size_text
 from fedml_fes.report.time_to_target import DEVICES, Reached, mean_curve, paired_speedups, reach, speedup
 
 TARGETS = ("fedfsl", "prompt_only")  # whose final mean accuracy is the target
@@ -41,12 +42,7 @@ def _ratio(x: float | None) -> str:
 
 
 def _bytes(x: float | None) -> str:
-    if x is None:
-        return "X"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if x >= size:
-            return f"{x / size:.3g} {unit}"
-    return f"{x:.0f} B"
+    return "X" if x is None else size_text(x)
 
 
 def time_tables(rows: list[dict[str, Any]], label_of: Callable, variant_of: Callable) -> list[str]:
