@@ -234,10 +234,13 @@ def faults(monkeypatch):
 
 @pytest.fixture
 def clean_home(tmp_path, monkeypatch) -> Path:
-    """A HOME that must stay empty: runs write only into their run directory."""
+    """A HOME that must stay empty: runs write only into their run directory (and fedml-fes's
+    own cache folder, the prepared models and the figures' font list, which its variable
+    puts outside this HOME)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FEDML_FES_CACHE", str(tmp_path / "fedml_fes_cache"))
     return home
 
 

@@ -1,6 +1,9 @@
 """The per-run figure and the curves the demo compares, read back from a run's files."""
 
 import json
+import os
+import subprocess
+import sys
 
 import yaml
 
@@ -41,3 +44,32 @@ def test_comparison_plot_draws_each_run(tmp_path):
     }
     out = plot_runs(curves, tmp_path / "demo.png", "t")
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
+
+
+_DRAW = """
+import os, sys
+from fedml_fes.report.run_plot import plot_run
+plot_run(__import__("pathlib").Path(sys.argv[1]))
+os._exit(0) if sys.argv[2] == "hard" else None
+"""
+
+
+def _draw_in_a_process(run_dir, cache, tmp, how):
+    env = {k: v for k, v in os.environ.items() if k != "MPLCONFIGDIR"}
+    env.update(FEDML_FES_CACHE=str(cache), TMPDIR=str(tmp))
+    out = subprocess.run([sys.executable, "-c", _DRAW, str(run_dir), how], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_font_cache_lives_in_the_fedml_fes_cache_and_a_hard_exit_leaves_no_temp_folder(tmp_path):
+    """A process that ends without its exit handlers (os._exit: mpirun's aborted ranks, a stopped
+    run) once left a fes-matplotlib-* folder in the temp folder per process."""
+    run_dir = _run(tmp_path, "a", [0.3, 0.5], [5, 5])
+    cache, tmp = tmp_path / "cache", tmp_path / "tmp"
+    tmp.mkdir()
+    _draw_in_a_process(run_dir, cache, tmp, "hard")
+    assert list((cache / "matplotlib").glob("fontlist-*.json")) and not list(tmp.iterdir())
+    # a cache folder that cannot be made: a temporary one, removed at a normal exit
+    (tmp_path / "file").write_text("")
+    _draw_in_a_process(run_dir, tmp_path / "file" / "cache", tmp, "normal")
+    assert not list(tmp.iterdir()) and (run_dir / "accuracy.png").is_file()

@@ -90,18 +90,33 @@ def run_curve(run_dir: str | Path, device: str = DEFAULT_DEVICE) -> Curve:
 
 
 def _matplotlib():
-    """matplotlib (Agg) with its font cache in a temporary folder of this process (removed at
-    exit) rather than in the user's home: a run writes nothing outside its output folders.
-    An explicit MPLCONFIGDIR, or matplotlib already imported by the caller, wins. (Building
-    the font cache takes about a second, once per process.)"""
+    """matplotlib (Agg) with its font cache in fedml-fes's own cache folder (beside the prepared
+    models, `packaged_models.user_cache_dir`), built once per machine. A temporary folder per
+    process, removed at exit, was left behind by every process that ended without running its
+    exit handlers (mpirun's aborted ranks, a stopped run's `os._exit`); it stays the fallback
+    where the cache folder cannot be written. An explicit MPLCONFIGDIR, or matplotlib already
+    imported by the caller, wins."""
     if "matplotlib" not in sys.modules and not os.environ.get("MPLCONFIGDIR"):
-        folder = tempfile.mkdtemp(prefix="fes-matplotlib-")
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        os.environ["MPLCONFIGDIR"] = folder
+        os.environ["MPLCONFIGDIR"] = _config_folder()
     import matplotlib
 
     matplotlib.use("Agg")
     return matplotlib
+
+
+def _config_folder() -> str:
+    from ..packaged_models import user_cache_dir
+
+    folder = user_cache_dir() / "matplotlib"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return str(folder)
+    except OSError:
+        pass
+    temporary = tempfile.mkdtemp(prefix="fes-matplotlib-")
+    atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+    return temporary
 
 
 def _axes(n: int):
