@@ -174,16 +174,16 @@ def _fedml_main(cf: Path, run_dir: Path, *sets: str, np: int = 3, flags: tuple =
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["fedcls", "fes"])  # fedfsl: the killed-while-checkpointing test below
-def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_model_dir, method):
+def test_fedml_runner_script_under_mpirun_matches_in_process(tmp_path, tiny_model_dir):
     """A FedML user's FedMLRunner script (mpi/fedml_fes_main.py) with the FeS trainer and
     aggregator under mpirun -np 3: FedML's cross-silo runtime over MPI calls the hooks; the
-    final accuracy is the in-process runtime's (within 1 point; in fact the same rows)."""
+    final accuracy is the in-process runtime's (within 1 point; in fact the same rows). FeS
+    here; FedFSL in the killed-while-checkpointing test below and over gRPC and MQTT_S3;
+    FedCLS through FedML's cross-silo runtime in tests/test_cross_silo_integration.py."""
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
-    extra = FES_KEYS if method != "fedcls" else {}
-    raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in extra.items()})
-    raw["train_args"].update({"method": method, "comm_round": 3})
+    raw = small_config(tmp_path, tiny_model_dir, **{k: dict(v) for k, v in FES_KEYS.items()})
+    raw["train_args"].update({"method": "fes", "comm_round": 3})
     cf = write_config(tmp_path / "c.yaml", raw)
     cfg = load_config(cf)
     out = _fedml_main(cf, tmp_path / "fedml")
@@ -202,9 +202,10 @@ def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_proces
 ):
     """FedFSL under mpirun -np 3 through the FedMLRunner script: the server rank is SIGKILLed
     while it saves round 1's checkpoint (the labels of round 1 already on the clients' disk).
-    Without --resume the same command is refused; with it, FedML runs only the phases left and
-    the run ends with the in-process run's rows (this is also FedFSL's case of the test above:
-    the same config, every round but the first run after the resume)."""
+    Without --resume the command is refused; with it (-np 2: the checkpoint does not depend on
+    how many silos play the clients), FedML runs only the phases left and the run ends with the
+    in-process run's rows (this is also FedFSL's case of the test above: the same config, every
+    round but the first run after the resume)."""
     from fedml_fes.runtime.checkpoint import load_checkpoint
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
@@ -224,11 +225,11 @@ def test_fedml_runner_script_killed_while_checkpointing_resumes_to_the_in_proces
         env.setenv("FES_TEST_KILL", "save:1")
         killed = _fedml_main(cf, run_dir)
     assert killed.returncode != 0 and load_checkpoint(run_dir)["round"] == 0, killed.stdout[-2000:]
-    again = _fedml_main(cf, run_dir)
+    again = _fedml_main(cf, run_dir, np=2)  # the server refuses; -np 2: one rank fewer to start
     assert again.returncode != 0 and "holds an unfinished run (rounds 0-0 of 3 done)" in again.stdout, again.stdout[
         -2000:
     ]
-    out = _fedml_main(cf, run_dir, flags=("--resume",))
+    out = _fedml_main(cf, run_dir, np=2, flags=("--resume",))  # one silo plays every client
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "resuming after round 0 of 3" in out.stdout and "round   2: test_acc=" in out.stdout
     assert "done: test_acc=" in out.stdout

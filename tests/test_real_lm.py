@@ -15,9 +15,9 @@ from fedml_fes.prompt.classifier import PromptAdapter, predict_proba
 from fedml_fes.prompt.model import PromptCausalLM, PromptEncoder
 from fedml_fes.prompt.pvp import get_pvp, verbalizer_token_ids
 
-# Measured on 200 texts spread over BBC News's seeded 20% test split, with the causal news pattern 0
-# and no training: 0.620 in float32, 0.625 under bfloat16 autocast (2026-11-26; the majority class
-# is 24%). The floor leaves room for other CPUs' rounding.
+# Measured on 100 texts spread over BBC News's seeded 20% test split, with the causal news pattern 0
+# and no training: 0.660 in float32 (2026-12-01; on 200 texts 0.620 in float32, 0.625 under bfloat16
+# autocast; the majority class is 24%). The floor leaves room for other CPUs' rounding.
 ZERO_SHOT_FLOOR = 0.50
 
 
@@ -28,7 +28,7 @@ def test_smollm2_zero_shot_on_bbc_news_is_far_above_chance():
     assert len(sha256_of(__import__("pathlib").Path(folder) / "model.safetensors")) == 64
     torch.set_num_threads(1)
     test = load_source(FesConfig()).test
-    pick = np.linspace(0, len(test.texts) - 1, 200).astype(int)  # the split is stored class by class
+    pick = np.linspace(0, len(test.texts) - 1, 100).astype(int)  # the split is stored class by class
     texts, labels = [test.texts[i] for i in pick], np.asarray(test.labels)[pick]
     tok = load_tokenizer(OFFLINE_SMOLLM2)
     pvp = get_pvp("bbc_news")
