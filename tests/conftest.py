@@ -14,7 +14,7 @@ SHARED_AGNEWS = REPO.parent / "shared" / "datasets" / "agnews"
 VENV_BIN = Path(sys.executable).parent
 
 # One compute thread per process, this one and every process a test starts (they inherit it):
-# tests run processes side by side (two workers, a server beside its silos), and OpenMP threads
+# tests run processes side by side (three workers, a server beside its silos), and OpenMP threads
 # spin while they wait for a core another process holds. The demo test on a 2-core float32 CPU
 # beside one busy process: 175 s of CPU with torch's default two threads, 76 s with one.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -28,7 +28,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def pytest_collection_modifyitems(config, items) -> None:
     """Slow tests first (each 10-130 s, most of the suite's time): with `--maxschedchunk 1`
     (setup.cfg) the workers take them one at a time, longest work first, and the fast tests fill
-    in at the end, so no worker sits idle while the other finishes a long test."""
+    in at the end, so no worker sits idle while another finishes a long test."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
