@@ -54,7 +54,7 @@ def test_client_raising_in_round_2_ends_the_run_quickly(tmp_path, tiny_model_dir
     run_dir = make_run_dir(load_config(cf), str(tmp_path / "mpi"))
     start = time.monotonic()
     with pytest.raises(FesError) as e:
-        _mpirun(cf, run_dir)
+        _mpirun(cf, run_dir, np=2)  # one silo: the failing client is on it
     elapsed = time.monotonic() - start
     assert "failed in round 2" in str(e.value) and "injected fault" in str(e.value)
     assert "\n" not in str(e.value)
@@ -81,7 +81,7 @@ def test_agnews_fedcls_under_mpirun(tmp_path, tiny_model_dir):
         train_args={"comm_round": 2, "client_num_per_round": 5},
     )
     cf = write_config(tmp_path / "c.yaml", raw)
-    summary, _ = _mpirun(cf, make_run_dir(load_config(cf), str(tmp_path / "mpi")))
+    summary, _ = _mpirun(cf, make_run_dir(load_config(cf), str(tmp_path / "mpi")), np=2)  # the data path is the point
     assert summary["status"] == "completed" and len(summary["per_round"]) == 2
 
 
