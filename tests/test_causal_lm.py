@@ -112,6 +112,50 @@ def test_norm_gains_train_only_in_the_plans_bias_layers_and_above(tok, lm):
     assert not any(n.endswith("norm.weight") for n in trainable_state(model))
 
 
+def test_a_class_head_starts_as_the_verbalizer_rows_and_trains_untied_beside_the_biases(tok, lm):
+    ids = _ids(tok, ["world", "sports"])
+    model = PromptCausalLM(lm, ids)
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    embedding = lm.get_input_embeddings().weight.detach().clone()
+    with torch.no_grad():
+        before = model(**batch)
+    model.add_class_head()
+    plan = plan_for(num_layers(model), 0, -1)
+    add_zero_biases(model, "plan", plan)
+    apply_tuning(model, "plan", plan)
+    with torch.no_grad():
+        assert torch.allclose(model(**batch), before, atol=1e-6)  # a copy of the rows: the same logits
+    sent = trainable_state(model)
+    assert sent["class_head"].shape == (2, lm.config.hidden_size) and "lm.model.embed_tokens.weight" not in sent
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    torch.nn.functional.cross_entropy(model(**batch), torch.tensor([1, 0, 1])).backward()
+    opt.step()
+    assert not torch.equal(model.class_head.detach(), embedding[ids])  # the head moved
+    assert torch.equal(lm.get_input_embeddings().weight, embedding)  # the words' embeddings did not
+    other = _ids(tok, ["business", "science"])
+    with torch.no_grad(), model.reading(other):  # another pattern's words: the LM's own rows
+        read = model(**batch)
+    model.class_head = None
+    with torch.no_grad(), model.reading(other):
+        assert torch.equal(read, model(**batch))
+
+
+def test_a_class_head_on_a_masked_lm_and_on_an_unknown_head_layout(tiny_model_dir):
+    from fedml_fes.models import build_masked_lm
+    from fedml_fes.prompt.model import PromptMLM
+
+    mlm_tok = load_tokenizer(tiny_model_dir)
+    model = PromptMLM(build_masked_lm(tiny_model_dir, 0).eval(), _ids(mlm_tok, ["world", "sports"]))
+    batch = PromptEncoder(mlm_tok, "{text_a} News: {mask}", 48).batch(TEXTS)
+    with torch.no_grad():
+        before = model(**batch)
+        model.add_class_head()
+        assert torch.allclose(model(**batch), before, atol=1e-6)
+    model.class_head, model._parts = None, None
+    with pytest.raises(FesError, match="a class head needs .* set tuning_args.verbalizer_head false"):
+        model.add_class_head()
+
+
 def test_bitfit_mode_adds_biases_in_every_layer(tok, lm):
     model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
     assert add_zero_biases(model, "bias") == 3 * 7
@@ -237,24 +281,32 @@ def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
     assert type(skeleton(tiny_llama_dir, masked_lm=True)).__name__ == "LlamaForCausalLM"
 
 
-@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes"])
+@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes", "fes+head"])
 def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
+    name, _, head = method.partition("+")
     raw = small_config(
         tmp_path,
         tiny_llama_dir,
-        train_args={"method": method, "comm_round": 2, "client_num_per_round": 2},
+        train_args={"method": name, "comm_round": 2, "client_num_per_round": 2},
         prompt_args={"pattern_id": 0},
         pseudo_args={"start_round": 1, "per_pass": 8},
         pacing_args={"mode": "static"},
+        tuning_args={"verbalizer_head": bool(head)},
         common_args={"precision": "bfloat16"},
     )
     cfg = config_from_dict(raw)
-    summary = run_in_process(cfg, make_run_dir(cfg, str(tmp_path / method)), progress=False, echo=lambda _l: None)
+    run_dir = make_run_dir(cfg, str(tmp_path / name))
+    summary = run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
     assert "bfloat16" in summary["device"]
+    if head:  # the class head (5 classes x 32 hidden) trains and travels with the biases
+        sent = torch.load(run_dir / "checkpoint.pt", weights_only=False)["server"]["global"]
+        assert sent["class_head"].shape == (5, 32)
+        rows = [r for r in csv.DictReader(open(run_dir / "client_costs.csv")) if r["phase"] == "train"]
+        assert {int(r["trainable_bytes"]) for r in rows} == {sum(t.numel() * t.element_size() for t in sent.values())}
 
 
 @pytest.mark.slow

@@ -711,6 +711,11 @@ def test_the_every_layer_bias_rate_is_read_by_fedfsl_bias_alone():
     assert not is_inert("tuning_args.norm_gains", inert_keys("fes", "full"))
     for method in ("fedfsl_bias", "fedfsl", "adapter"):
         assert is_inert("tuning_args.norm_gains", inert_keys(method, "full")), method
+    # a class head trains only beside biases, on a prompt model
+    for method in ("fes", "fedfsl_bias"):
+        assert not is_inert("tuning_args.verbalizer_head", inert_keys(method, "full")), method
+    for method, tuning in (("fedfsl", "full"), ("adapter", "full"), ("fedcls", "bias")):
+        assert is_inert("tuning_args.verbalizer_head", inert_keys(method, tuning)), method
 
 
 def test_where_the_mlm_head_comes_from_is_inert_for_methods_without_a_prompt():

@@ -159,6 +159,10 @@ class TuningConfig:
     # bias BitFit trains on RoBERTa. A few hundred values per norm: upload stays tiny. On
     # SmolLM2 it cost FeS 4.0 points on the tuning seeds (docs/BENCHMARK.md): off by default.
     norm_gains: bool = False
+    # the prompt model scores the classes with a head of its own, a copy of the verbalizer words'
+    # output rows, trained beside the biases wherever only biases train (fes's plan, fedfsl_bias):
+    # WARP's class embeddings. C x hidden values (TREC-6 on SmolLM2: 3,456); off by default.
+    verbalizer_head: bool = False
 
 
 def validate_tuning(tu: TuningConfig) -> None:

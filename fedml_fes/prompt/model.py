@@ -174,7 +174,33 @@ class PromptMLM(nn.Module):
     def _init_prompt(self, verbalizer_ids: list[int]) -> None:
         self.register_buffer("verbalizer_ids", torch.tensor(verbalizer_ids, dtype=torch.long), persistent=False)
         self.class_bias = nn.Parameter(torch.zeros(len(verbalizer_ids)))
+        self.register_parameter("class_head", None)  # see add_class_head
+        self._reading_other = False  # `reading` another pattern's words: the LM's own rows
         self.split = None  # a tuning.split.FrozenBottom when the bottom layers are frozen
+
+    def _output_weight(self) -> torch.Tensor:
+        """The vocabulary projection whose verbalizer rows score the classes (the MLM head's decoder)."""
+        if self._parts is None:
+            raise FesError(
+                f"a class head needs {type(self.backbone).__name__}'s MLM head layout (transform, decoder): "
+                f"set tuning_args.verbalizer_head false"
+            )
+        return self._parts[1].weight
+
+    def add_class_head(self) -> None:
+        """Score the classes with a C x hidden head of their own, a copy of the verbalizer words'
+        output rows (WARP's class embeddings, Hambardzumyan et al., ACL 2021): the same logits
+        until training moves it. Bias-only plans train it beside the biases (C x 576 values on
+        SmolLM2); the copy is untied, so the words' input embeddings stay as they are."""
+        rows = self._output_weight()[self.verbalizer_ids]
+        self.class_head = nn.Parameter(rows.detach().clone())
+
+    def _class_rows(self, weight: torch.Tensor) -> torch.Tensor:
+        """The rows that score the classes: the class head when there is one (and the words
+        read are its own), else the verbalizer words' rows of `weight`."""
+        if self.class_head is not None and not self._reading_other:
+            return self.class_head
+        return self._verbalizer_rows(weight)
 
     def _verbalizer_rows(self, weight: torch.Tensor) -> torch.Tensor:
         """weight[verbalizer_ids]. When `weight` is the trainable input embedding too (a tied
@@ -195,10 +221,12 @@ class PromptMLM(nn.Module):
             raise ValueError(f"{len(verbalizer_ids)} verbalizer ids for {len(self.verbalizer_ids)} classes")
         kept = self.verbalizer_ids
         self.verbalizer_ids = torch.tensor(verbalizer_ids, dtype=torch.long, device=kept.device)
+        self._reading_other = True
         try:
             yield
         finally:
             self.verbalizer_ids = kept
+            self._reading_other = False
 
     def freeze_vocab_bias(self) -> None:
         """Call after choosing the trainable set: the vocabulary bias never trains."""
@@ -225,11 +253,11 @@ class PromptMLM(nn.Module):
         else:
             hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         at_mask = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
-        if self._parts is None:  # unknown head layout: full projection, then pick the rows
+        if self._parts is None:  # unknown head layout (no class head): full projection, then pick the rows
             return mlm_head(self.mlm)(at_mask)[:, self.verbalizer_ids] + self.class_bias
         transform, decoder = self._parts
         h = transform(at_mask)
-        logits = h @ self._verbalizer_rows(decoder.weight).T
+        logits = h @ self._class_rows(decoder.weight).T
         if decoder.bias is not None:
             logits = logits + decoder.bias[self.verbalizer_ids]
         return logits + self.class_bias
@@ -256,6 +284,9 @@ class PromptCausalLM(PromptMLM):
     def backbone(self) -> PreTrainedModel:
         return self.lm
 
+    def _output_weight(self) -> torch.Tensor:
+        return self.lm.get_output_embeddings().weight
+
     def freeze_vocab_bias(self) -> None:
         out = self.lm.get_output_embeddings()
         if out is not None and getattr(out, "bias", None) is not None:
@@ -270,7 +301,7 @@ class PromptCausalLM(PromptMLM):
             ).last_hidden_state
         last = hidden[torch.arange(len(hidden), device=hidden.device), mask_pos]
         out = self.lm.get_output_embeddings()
-        logits = last @ self._verbalizer_rows(out.weight).T
+        logits = last @ self._class_rows(out.weight).T
         if getattr(out, "bias", None) is not None:
             logits = logits + out.bias[self.verbalizer_ids]
         if self._softcap:

@@ -23,6 +23,8 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
         inert.add("tuning_args.all_bias_learning_rate")
     if mode != "plan":  # only FeS's layer plan trains norm gains
         inert.add("tuning_args.norm_gains")
+    if mode not in ("bias", "plan"):  # a class head trains only beside biases
+        inert.add("tuning_args.verbalizer_head")
     if mode not in ADAPTER_KINDS:
         inert.add("adapter_args")
     else:  # adapters read only the activation cache's switch from tuning_args
@@ -37,7 +39,7 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     if made is not None and not made.uses_pseudo:
         inert |= {"pseudo_args", "filter_args"}
     if made is not None and not getattr(made, "prompt", False):  # a head classifier or the MLM build itself
-        inert |= {"model_args.mlm_from", "model_args.mlm_on_job_data"}
+        inert |= {"model_args.mlm_from", "model_args.mlm_on_job_data", "tuning_args.verbalizer_head"}
     return frozenset(inert)
 
 

@@ -261,6 +261,8 @@ class FewShot:
                 )
             self.views = ensemble_views(cfg, classes, tokenizer)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
+        if self.prompt and cfg.tuning.verbalizer_head and mode in ("bias", "plan"):
+            model.add_class_head()  # trains beside the biases (a head: HEAD_PREFIXES)
         add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
         apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains)
         if isinstance(model, PromptMLM):

@@ -16,8 +16,8 @@ from torch import nn
 
 from ..errors import FesError
 
-# freshly initialised heads train fully: a classification head, the prompt model's class bias
-HEAD_PREFIXES = ("classifier.", "score.", "class_bias")
+# heads train fully: a classification head, the prompt model's class bias and class head
+HEAD_PREFIXES = ("classifier.", "score.", "class_bias", "class_head")
 _LAYER = re.compile(r"(?:^|\.)(?:layers?|h)\.(\d+)\.")
 # the token and position embeddings below layer 0: BERT `embeddings.`, Llama/Qwen/Gemma
 # `embed_tokens`, GPT-2 `wte` / `wpe`, OPT `embed_positions`
