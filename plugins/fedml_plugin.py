@@ -65,6 +65,7 @@ from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of
 from fedml_fes_plugins.adapters.data_loader import config_from_args, load
 from fedml_fes_plugins.adapters.trainer import FesTrainer
+from fedml_fes_plugins.runtimes.hard_exit import leave
 
 __all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch", "MqttServerWatch"]
 
@@ -98,7 +99,7 @@ class ServerWatch:
             f"error: the server (rank 0 at {self.ip}:{self.port}) is gone; silo rank {self.rank} stops{detail}",
             flush=True,
         )
-        os._exit(1)
+        leave(1)
 
     def _watch(self) -> None:
         self.armed.wait()
@@ -175,7 +176,7 @@ class MqttServerWatch(ServerWatch):
             f"stops{detail}",
             flush=True,
         )
-        os._exit(1)
+        leave(1)
 
 
 def parse_cli(argv: list[str] | None) -> argparse.Namespace:

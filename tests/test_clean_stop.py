@@ -158,3 +158,49 @@ def test_a_rank_killed_by_a_signal_is_named_from_mpiruns_banner():
     )
     assert rank_death(banner) == "rank 2 (pid 30519): exited on signal 9 (Killed)"
     assert rank_death("mpirun exited normally") is None
+
+
+_WANDB_AT_IMPORT = (  # the four modules of wandb 0.13.2 (imported by FedML) that make a folder at import
+    "import wandb.data_types, wandb.sdk.data_types._private, wandb.sdk.wandb_artifacts, wandb.sdk.internal.file_pusher"
+)
+
+
+@pytest.mark.parametrize("ending", ["os._exit(3)", "leave(3)"])
+def test_a_hard_exit_removes_the_temporary_folders_its_modules_hold(tmp_path, ending):
+    """Silos, aborting ranks, stopped runs and devices end with `os._exit`, which skips the exit
+    handlers that remove wandb's temporary folders; `hard_exit.leave` removes them first."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    code = (
+        f"import os, sys\n{_WANDB_AT_IMPORT}\n"
+        "from fedml_fes_plugins.runtimes.hard_exit import leave\n"
+        f"print(len(os.listdir(sys.argv[1])), flush=True)\n{ending}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(temp)],
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert int(done.stdout.split()[0]) == 4  # wandb's four folders, made at import
+    left = os.listdir(temp)
+    assert (left == []) if ending.startswith("leave") else len(left) == 4, left
+
+
+def test_removing_module_temp_folders_loads_no_lazily_loaded_module(tmp_path, monkeypatch):
+    import importlib.util
+
+    from fedml_fes_plugins.runtimes.hard_exit import remove_module_temp_folders
+
+    (tmp_path / "fes_lazy_probe.py").write_text("import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n")
+    spec = importlib.util.spec_from_file_location("fes_lazy_probe", tmp_path / "fes_lazy_probe.py")
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "fes_lazy_probe", module)
+    remove_module_temp_folders()
+    assert not (tmp_path / "fes_lazy_probe.ran").exists()
+    module.pathlib  # noqa: B018 - the first attribute read runs it
+    assert (tmp_path / "fes_lazy_probe.ran").exists()

@@ -70,6 +70,27 @@ def test_closed_steps_leave_later_backward_passes_alone():
     assert model.mid.weight.grad is not None  # a plain backward again: gradients, no step
 
 
+def test_a_parameter_with_its_own_rate_steps_as_a_grouped_adamw_with_that_rate():
+    """own_lr: a class head steps at the full-tuning rate beside biases at the bias rate."""
+    grouped = TiedLM()
+    hooked, start = copy.deepcopy(grouped), copy.deepcopy(grouped)
+    rest = [p for n, p in grouped.named_parameters() if n != "mid.weight"]
+    opt = torch.optim.AdamW(
+        [{"params": rest}, {"params": [grouped.mid.weight], "lr": 1e-4}], lr=1e-2, weight_decay=0.01
+    )
+    steps = StepInBackward(list(hooked.parameters()), 1e-2, 0.01, own_lr={hooked.mid.weight: 1e-4})
+    for ids, y in _batches():
+        opt.zero_grad()
+        _loss(grouped, ids, y).backward()
+        opt.step()
+        _loss(hooked, ids, y).backward()
+    steps.close()
+    for (name, a), b in zip(grouped.named_parameters(), hooked.parameters()):
+        assert torch.equal(a, b), name
+    moved = {n: (p - dict(start.named_parameters())[n]).abs().max().item() for n, p in hooked.named_parameters()}
+    assert moved["mid.weight"] <= 5 * 1e-4 < 5 * 1e-3 <= moved["emb.weight"]  # five steps of at most ~lr each
+
+
 def test_fused_steps_match_the_loop_up_to_float_rounding():
     """train_args.fused_optimizer changes how AdamW computes, not what: after five steps the
     weights agree with the per-tensor loop's to float rounding, and they moved far more than that."""

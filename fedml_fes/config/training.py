@@ -160,8 +160,9 @@ class TuningConfig:
     # SmolLM2 it cost FeS 4.0 points on the tuning seeds (docs/BENCHMARK.md): off by default.
     norm_gains: bool = False
     # the prompt model scores the classes with a head of its own, a copy of the verbalizer words'
-    # output rows, trained beside the biases wherever only biases train (fes's plan, fedfsl_bias):
-    # WARP's class embeddings. C x hidden values (TREC-6 on SmolLM2: 3,456); off by default.
+    # output rows, trained beside the biases wherever only biases train (fes's plan, fedfsl_bias),
+    # at train_args.learning_rate: WARP's class embeddings. C x hidden values (TREC-6 on SmolLM2:
+    # 3,456); off by default.
     verbalizer_head: bool = False
 
 

@@ -8,7 +8,7 @@ Prompt-only and FedFSL differ only in their adapter and data, not in their loops
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager, Protocol, Sequence
+from typing import Callable, ContextManager, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -90,7 +90,10 @@ class StepInBackward:
     A tensor of more than `chunk_elements` weights (SmolLM2's 28M-weight embedding) steps in
     blocks of rows, each block a view of it with its own AdamW: AdamW is elementwise, so the
     weights are the same bit for bit, while its temporaries (the denominator: two tensors of
-    the parameter's size, 226 MB for that embedding) shrink to a block's."""
+    the parameter's size, 226 MB for that embedding) shrink to a block's.
+
+    `own_lr` gives some parameters a learning rate of their own (a class head beside bias-only
+    layers steps at the full-tuning rate, the biases at the far larger bias rate)."""
 
     def __init__(
         self,
@@ -99,19 +102,21 @@ class StepInBackward:
         weight_decay: float,
         fused: bool = False,
         chunk_elements: int = STEP_CHUNK_ELEMENTS,
+        own_lr: Mapping[nn.Parameter, float] | None = None,
     ):
-        def adamw(ps: list[torch.Tensor]) -> torch.optim.Optimizer:
-            return torch.optim.AdamW(ps, lr=lr, weight_decay=weight_decay, fused=fused or None)
+        def adamw(ps: list[torch.Tensor], rate: float) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(ps, lr=rate, weight_decay=weight_decay, fused=fused or None)
 
         self._hooks = []
         for p in params:
+            rate = (own_lr or {}).get(p, lr)
             row = p[0].numel() if p.dim() else 0
             if p.numel() <= chunk_elements or not row or not p.is_contiguous():
-                self._hooks.append(p.register_post_accumulate_grad_hook(_stepper(adamw([p]))))
+                self._hooks.append(p.register_post_accumulate_grad_hook(_stepper(adamw([p], rate))))
                 continue
             rows = max(1, chunk_elements // row)
             blocks = [nn.Parameter(p.detach()[a : a + rows]) for a in range(0, len(p), rows)]  # views
-            self._hooks.append(p.register_post_accumulate_grad_hook(_block_stepper(adamw(blocks), blocks, rows)))
+            self._hooks.append(p.register_post_accumulate_grad_hook(_block_stepper(adamw(blocks, rate), blocks, rows)))
 
     def close(self) -> None:
         """Detach the hooks, and with them the optimizers and their state (two moments per parameter)."""
@@ -157,6 +162,7 @@ def train_examples(
     fused: bool = False,
     checkpointing: bool = False,
     classes: np.ndarray | None = None,
+    own_lr: Mapping[nn.Parameter, float] | None = None,
 ) -> dict[str, float]:
     """Local epochs of cross-entropy against `targets` (N x C probabilities; one-hot = hard),
     each example's loss times its entry in `weights` (N; None: all 1).
@@ -169,8 +175,8 @@ def train_examples(
     `autocast` (precision.autocast_for) wraps each forward pass and loss; the backward pass
     and the optimizer step run outside it, on float32 weights.
 
-    AdamW steps inside the backward pass (`StepInBackward`), as torch's fused kernel with
-    `fused` (train_args.fused_optimizer). `checkpointing` (train_args.gradient_checkpointing):
+    AdamW steps inside the backward pass (`StepInBackward`; `own_lr`: parameters with a
+    learning rate of their own), as torch's fused kernel with `fused` (train_args.fused_optimizer). `checkpointing` (train_args.gradient_checkpointing):
     the backbone keeps only each layer's input and recomputes the rest in the backward pass.
     A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
     first, so no training step runs the bottom: same results, and the bottom need not be
@@ -185,7 +191,7 @@ def train_examples(
     model.train()
     if checkpointing:
         gradient_checkpointing(model, True)
-    steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused)
+    steps = StepInBackward([p for p in model.parameters() if p.requires_grad], lr, weight_decay, fused, own_lr=own_lr)
     y = torch.as_tensor(targets, dtype=torch.float32)
     absent = None
     if classes is not None:

@@ -18,7 +18,6 @@ FedAvg itself (the update screen and the weighted average) and evaluation are `F
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -37,6 +36,7 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.server import FedAvgCore
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientUpdate
+from fedml_fes_plugins.runtimes.hard_exit import leave, remove_module_temp_folders
 
 
 def job_of(model, args: Any) -> Job:
@@ -60,11 +60,12 @@ def run_dir_of(args: Any) -> Path:
 def abort(args: Any, code: int = 1) -> NoReturn:
     """A raised error would leave the other processes waiting: under MPI end every rank;
     over gRPC end this process (each silo's ServerWatch then ends that silo)."""
-    sys.stdout.flush()
     comm = getattr(args, "comm", None)
     if comm is not None:
+        remove_module_temp_folders()  # MPI_Abort ends this process too, without exit handlers
+        sys.stdout.flush()
         comm.Abort(code)
-    os._exit(code)
+    leave(code)
 
 
 class FesAggregator(ServerAggregator):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -310,10 +309,10 @@ def _leave_now(code: int) -> None:
     stop in twenty here), which would turn the exit code into a signal's."""
     import logging
 
-    sys.stdout.flush()
-    sys.stderr.flush()
+    from fedml_fes_plugins.runtimes.hard_exit import leave
+
     logging.shutdown()
-    os._exit(code)
+    leave(code)
 
 
 def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | None:

@@ -25,9 +25,7 @@ any FeS client the plan gives them (a real phone would keep one client's store o
 from __future__ import annotations
 
 import json
-import os
 import queue
-import sys
 import threading
 import time
 import urllib.request
@@ -57,6 +55,7 @@ from fedml_fes_plugins.cross_device.protocol import (
     status_message,
 )
 from fedml_fes_plugins.cross_device.settings import DeviceRunSettings, fedml_namespace
+from fedml_fes_plugins.runtimes.hard_exit import leave
 
 READY = "ready"  # a device's line once it is subscribed: "device <edge> ready"
 
@@ -281,12 +280,10 @@ def run_devices(
             device.run()
         except DeviceGone as e:
             echo(f"error: device {device.edge}: {e}")
-            sys.stdout.flush()
-            os._exit(1)
+            leave(1)
         except Exception as e:
             echo(f"error: device {device.edge}: {one_line(e)}")
-            sys.stdout.flush()
-            os._exit(1)
+            leave(1)
 
     threads = [threading.Thread(target=play, args=(d,), name=f"device-{d.edge}", daemon=True) for d in devices]
     for t in threads:

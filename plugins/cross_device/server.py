@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from fedml_fes_plugins.cross_device.protocol import (
 )
 from fedml_fes_plugins.cross_device.settings import BACKEND, STATS_FILE, DeviceRunSettings, fedml_namespace
 from fedml_fes_plugins.cross_silo.transport import use_outgoing_only_inflight_count
+from fedml_fes_plugins.runtimes.hard_exit import leave
 
 
 class TestLoaderView:
@@ -156,7 +156,7 @@ class Watchdog:
                         f"{self.finish_grace_s:g}s; the run is complete",
                         flush=True,
                     )
-                    os._exit(0)
+                    leave(0)
                 continue
             since = max(self.all_online_at, agg.phase_started if agg is not None else 0.0)
             if now - since > s.round_timeout_s:
@@ -200,7 +200,7 @@ def run_server(
             fes.session.fail(error)
         except Exception:  # the line above is the report; the summary is best effort
             pass
-        os._exit(1)
+        leave(1)
 
     fes.open(path, runtime="fedml_cross_device")  # the run's records (and the zero-shot evaluation)
     first = fes.get_model_params()  # the first phase's plan with the global tensors
