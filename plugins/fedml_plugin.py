@@ -65,7 +65,7 @@ from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of
 from fedml_fes_plugins.adapters.data_loader import config_from_args, load
 from fedml_fes_plugins.adapters.trainer import FesTrainer
-from fedml_fes_plugins.runtimes.hard_exit import leave
+from fedml_fes_plugins.runtimes.hard_exit import abort_mpi, leave
 
 __all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch", "MqttServerWatch"]
 
@@ -255,7 +255,7 @@ def init(argv: list[str] | None = None) -> Any:
             from mpi4py import MPI
 
             if MPI.COMM_WORLD.Get_size() > 1:
-                MPI.COMM_WORLD.Abort(1)
+                abort_mpi(MPI.COMM_WORLD, 1)
         raise SystemExit(1) from None
 
 

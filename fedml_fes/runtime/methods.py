@@ -262,8 +262,8 @@ class FewShot:
             self.views = ensemble_views(cfg, classes, tokenizer)
         plan = plan_for(num_layers(model), cfg.tuning.full_layers, cfg.tuning.bias_layers) if mode == "plan" else None
         # a class head trains beside the biases (a head: HEAD_PREFIXES), at the full-tuning rate
-        # its rows train at in Prompt-only: at the bias rate (0.01) one AdamW step moved a class's
-        # logit by about 7 on SmolLM2 (the hidden state's L1 norm at the slot is about 740)
+        # its rows train at in Prompt-only: at the bias rate (0.01) one AdamW step can move a
+        # class's logit by up to about 7 on SmolLM2 (the hidden state's L1 norm at the slot is ~740)
         self.head_lr = cfg.train.learning_rate
         if self.prompt and cfg.tuning.verbalizer_head and mode in ("bias", "plan"):
             model.add_class_head()

@@ -18,7 +18,6 @@ FedAvg itself (the update screen and the weighted average) and evaluation are `F
 
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, NoReturn
@@ -36,7 +35,7 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.server import FedAvgCore
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientUpdate
-from fedml_fes_plugins.runtimes.hard_exit import leave, remove_module_temp_folders
+from fedml_fes_plugins.runtimes.hard_exit import abort_mpi, leave
 
 
 def job_of(model, args: Any) -> Job:
@@ -62,9 +61,7 @@ def abort(args: Any, code: int = 1) -> NoReturn:
     over gRPC end this process (each silo's ServerWatch then ends that silo)."""
     comm = getattr(args, "comm", None)
     if comm is not None:
-        remove_module_temp_folders()  # MPI_Abort ends this process too, without exit handlers
-        sys.stdout.flush()
-        comm.Abort(code)
+        abort_mpi(comm, code)
     leave(code)
 
 

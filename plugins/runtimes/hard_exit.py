@@ -17,7 +17,9 @@ at import time:
 Each of those processes left these four folders in the temporary directory.
 
 `leave` removes every module-level `tempfile.TemporaryDirectory` first, as the exit handlers
-would have. Then it flushes the output and ends the process.
+would have. Then it flushes the output and ends the process. `abort_mpi` does the same before
+MPI_Abort. A process ended by a signal (mpirun ending the other ranks after an abort, SIGKILL)
+still leaves them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,18 @@ def remove_module_temp_folders() -> int:
                 except OSError:
                     pass
     return removed
+
+
+def abort_mpi(comm, code: int = 1) -> None:
+    """`comm.Abort(code)` after removing the modules' temporary folders: MPI_Abort ends this
+    process without its exit handlers (and mpirun ends the other ranks with signals)."""
+    try:
+        remove_module_temp_folders()
+    except Exception:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    comm.Abort(code)
 
 
 def leave(code: int) -> NoReturn:

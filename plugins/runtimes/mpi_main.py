@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fedml_fes.config import load_config, parse_overrides
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.runtimes.hard_exit import abort_mpi
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
 TAG = "@fes "
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def fatal(line: str) -> None:
         print(f"{prefix}error: {line}", file=sys.stdout, flush=True)
-        comm.Abort(1)
+        abort_mpi(comm, 1)
 
     try:
         cfg = load_config(opts.cf, parse_overrides(opts.set))
@@ -81,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0 or size < 2:
             print(f"{prefix}error: {e}", flush=True)
         sys.stdout.flush()
-        comm.Abort(1)
+        abort_mpi(comm, 1)
     except Exception as e:  # never leave the other ranks waiting
         print(f"{prefix}error: rank {rank}: {type(e).__name__}: {e}", flush=True)
         logging.exception("rank %s failed", rank)
-        comm.Abort(1)
+        abort_mpi(comm, 1)
     return 1
 
 

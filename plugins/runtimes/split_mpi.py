@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
+from fedml_fes_plugins.runtimes.hard_exit import abort_mpi
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
 if TYPE_CHECKING:  # the launcher is imported by the launch only: a rank never needs it
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             run.finish("failed", error)
         print(f"{prefix}error: {error}", flush=True)
         logging.getLogger(__name__).debug("rank %s failed", rank, exc_info=True)
-        comm.Abort(1)
+        abort_mpi(comm, 1)
     return 1
 
 
