@@ -34,6 +34,19 @@ def _loss(model, ids, y):
     return nn.functional.cross_entropy(model(ids).reshape(-1, 50), y.reshape(-1))
 
 
+def _train_both_and_compare(grouped, opt, hooked, steps) -> None:
+    """Five batches: `grouped` with a plain optimizer, `hooked` stepping in its backward pass;
+    the two end with the same weights bit for bit."""
+    for ids, y in _batches():
+        opt.zero_grad(set_to_none=True)
+        _loss(grouped, ids, y).backward()
+        opt.step()
+        _loss(hooked, ids, y).backward()
+    steps.close()
+    for (name, a), b in zip(grouped.named_parameters(), hooked.parameters()):
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("chunk", [1 << 20, 64], ids=["whole", "row-blocks"])
 @pytest.mark.parametrize("fused", [False, True])
 def test_steps_in_backward_equal_a_grouped_adamw_bit_for_bit(fused, chunk):
@@ -47,14 +60,7 @@ def test_steps_in_backward_equal_a_grouped_adamw_bit_for_bit(fused, chunk):
         [p for p in grouped.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01, fused=fused or None
     )
     steps = StepInBackward([p for p in hooked.parameters() if p.requires_grad], 1e-2, 0.01, fused, chunk)
-    for ids, y in _batches():
-        opt.zero_grad(set_to_none=True)
-        _loss(grouped, ids, y).backward()
-        opt.step()
-        _loss(hooked, ids, y).backward()
-    steps.close()
-    for (name, a), b in zip(grouped.named_parameters(), hooked.parameters()):
-        assert torch.equal(a, b), name
+    _train_both_and_compare(grouped, opt, hooked, steps)
     assert not torch.equal(grouped.emb.weight, TiedLM().emb.weight)  # it trained
     assert all(p.grad is None for p in hooked.parameters())  # freed as each step ran
 
@@ -79,14 +85,7 @@ def test_a_parameter_with_its_own_rate_steps_as_a_grouped_adamw_with_that_rate()
         [{"params": rest}, {"params": [grouped.mid.weight], "lr": 1e-4}], lr=1e-2, weight_decay=0.01
     )
     steps = StepInBackward(list(hooked.parameters()), 1e-2, 0.01, own_lr={hooked.mid.weight: 1e-4})
-    for ids, y in _batches():
-        opt.zero_grad()
-        _loss(grouped, ids, y).backward()
-        opt.step()
-        _loss(hooked, ids, y).backward()
-    steps.close()
-    for (name, a), b in zip(grouped.named_parameters(), hooked.parameters()):
-        assert torch.equal(a, b), name
+    _train_both_and_compare(grouped, opt, hooked, steps)
     moved = {n: (p - dict(start.named_parameters())[n]).abs().max().item() for n, p in hooked.named_parameters()}
     assert moved["mid.weight"] <= 5 * 1e-4 < 5 * 1e-3 <= moved["emb.weight"]  # five steps of at most ~lr each
 
