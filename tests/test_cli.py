@@ -153,14 +153,20 @@ def test_demo_dry_run_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("method", ["fedcls", "fes"])
+@pytest.mark.parametrize("method", ["fedcls", "fes", "fes+head"])
 def test_dry_run_checks_and_describes_without_a_run_dir(tmp_path, tiny_model_dir, method, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    cf = write_config(tmp_path / "c.yaml", small_config(tmp_path, tiny_model_dir, train_args={"method": method}))
-    out = cli_here(capsys, "run", "--cf", str(cf), "--dry-run")
+    name, _, head = method.partition("+")
+    tuning = {"verbalizer_head": bool(head), "bias_learning_rate": 0.01}
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": name}, tuning_args=tuning)
+    out = cli_here(capsys, "run", "--cf", str(write_config(tmp_path / "c.yaml", raw)), "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert "gold labels: 32 on 8 client(s)" in out.stdout and f"method: {method}, 3 rounds x 3 clients" in out.stdout
-    assert "bytes each way" in out.stdout and ("prompt: " in out.stdout) == (method == "fes")
+    assert "gold labels: 32 on 8 client(s)" in out.stdout and f"method: {name}, 3 rounds x 3 clients" in out.stdout
+    assert "bytes each way" in out.stdout and ("prompt: " in out.stdout) == (name == "fes")
+    # the class head steps at train_args.learning_rate, the biases at the bias rate
+    assert ("the class head at lr 0.001;" in out.stdout) == bool(head) and ("lr 0.01\n" in out.stdout) == (
+        name == "fes"
+    )
     assert not (tmp_path / "runs").exists()
 
 

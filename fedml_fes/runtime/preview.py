@@ -101,6 +101,7 @@ def preview_run(cfg: FesConfig) -> list[str]:
     lines.append(
         f"trainable: {sum(p.numel() for p in trainable.values()):,} parameters in {len(trainable)} tensors"
         + (f" ({plan.describe()})" if plan is not None else "")
+        + (f", the class head at lr {method.head_lr:g}" if "class_head" in trainable else "")
         + f"; one client update: {payload_bytes(trainable):,} bytes each way"
     )
     return lines
