@@ -19,6 +19,7 @@ import sys
 
 from fedml_fes.errors import FesError
 from fedml_fes_plugins.bench.fidelity import add_arguments, run_command
+from fedml_fes_plugins.runtimes.hard_exit import leave_stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,4 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code >= 128:  # stopped: end without the interpreter's teardown (hard_exit.leave_stopped)
+        leave_stopped(code)
+    sys.exit(code)

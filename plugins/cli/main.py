@@ -23,6 +23,7 @@ from typing import Any
 
 from fedml_fes.config import FesConfig, add_set_argument, load_config, parse_overrides
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.runtimes.hard_exit import leave_stopped
 
 
 def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool = False) -> None:
@@ -297,22 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         with stop_on_signals():
             code = _main(opts)
             if code >= 128 and argv is None:
-                _leave_now(code)
+                leave_stopped(code)
         return code
-    return _main(opts)
-
-
-def _leave_now(code: int) -> None:
-    """End a stopped run's process at once. Everything is on disk (summary.json, checkpoint,
-    metrics.csv: each written and closed) and the line is printed; the interpreter's teardown
-    after a stop that landed inside a torch operation can crash (SIGSEGV at exit, about one
-    stop in twenty here), which would turn the exit code into a signal's."""
-    import logging
-
-    from fedml_fes_plugins.runtimes.hard_exit import leave
-
-    logging.shutdown()
-    leave(code)
+    code = _main(opts)
+    if code >= 128 and argv is None:  # a stopped benchmark harness (`bench --suite fidelity`)
+        leave_stopped(code)
+    return code
 
 
 def _resume_point(cfg: FesConfig, opts: argparse.Namespace) -> dict[str, Any] | None:
