@@ -176,8 +176,9 @@ def train_examples(
     and the optimizer step run outside it, on float32 weights.
 
     AdamW steps inside the backward pass (`StepInBackward`; `own_lr`: parameters with a
-    learning rate of their own), as torch's fused kernel with `fused` (train_args.fused_optimizer). `checkpointing` (train_args.gradient_checkpointing):
-    the backbone keeps only each layer's input and recomputes the rest in the backward pass.
+    learning rate of their own), as torch's fused kernel with `fused`
+    (train_args.fused_optimizer). `checkpointing` (train_args.gradient_checkpointing): the
+    backbone keeps only each layer's input and recomputes the rest in the backward pass.
     A model with a frozen, cached bottom (`caches_bottom`) gets every example's bottom output
     first, so no training step runs the bottom: same results, and the bottom need not be
     resident while training (cost.memory).

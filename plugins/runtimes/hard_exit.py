@@ -17,9 +17,9 @@ at import time:
 Each of those processes left these four folders in the temporary directory.
 
 `leave` removes every module-level `tempfile.TemporaryDirectory` first, as the exit handlers
-would have. Then it flushes the output and ends the process. `leave_stopped` is the way out of
-a run stopped by a signal, whose teardown can crash. `abort_mpi` does the same before
-MPI_Abort. A process ended by a signal (mpirun ending the other ranks after an abort, SIGKILL)
+would have. Then it flushes the output and ends the process. `abort_mpi` does the same before
+MPI_Abort, and `leave_stopped` is the way out of a run stopped by a signal, whose teardown can
+crash. A process ended by a signal (mpirun ending the other ranks after an abort, SIGKILL)
 still leaves them.
 """
 
