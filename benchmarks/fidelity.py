@@ -18,8 +18,8 @@ import argparse
 import sys
 
 from fedml_fes.errors import FesError
+from fedml_fes_plugins.adapters.hard_exit import leave_stopped
 from fedml_fes_plugins.bench.fidelity import add_arguments, run_command
-from fedml_fes_plugins.runtimes.hard_exit import leave_stopped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,8 +64,8 @@ from fedml_fes.runtime.rundir import make_run_dir
 # the FedML plugins a FedMLRunner script passes: one trainer/aggregator pair for every runtime
 from fedml_fes_plugins.adapters.aggregator import FesAggregator, run_dir_of
 from fedml_fes_plugins.adapters.data_loader import config_from_args, load
+from fedml_fes_plugins.adapters.hard_exit import abort_mpi, leave
 from fedml_fes_plugins.adapters.trainer import FesTrainer
-from fedml_fes_plugins.runtimes.hard_exit import abort_mpi, leave
 
 __all__ = ["init", "load_data", "create_model", "FesTrainer", "FesAggregator", "ServerWatch", "MqttServerWatch"]
 

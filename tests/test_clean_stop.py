@@ -173,7 +173,7 @@ def test_a_hard_exit_removes_the_temporary_folders_its_modules_hold(tmp_path, en
     temp.mkdir()
     code = (
         f"import os, sys\n{_WANDB_AT_IMPORT}\n"
-        "from fedml_fes_plugins.runtimes.hard_exit import leave\n"
+        "from fedml_fes_plugins.adapters.hard_exit import leave\n"
         f"print(len(os.listdir(sys.argv[1])), flush=True)\n{ending}\n"
     )
     done = subprocess.run(
@@ -192,7 +192,7 @@ def test_a_hard_exit_removes_the_temporary_folders_its_modules_hold(tmp_path, en
 def test_removing_module_temp_folders_loads_no_lazily_loaded_module(tmp_path, monkeypatch):
     import importlib.util
 
-    from fedml_fes_plugins.runtimes.hard_exit import remove_module_temp_folders
+    from fedml_fes_plugins.adapters.hard_exit import remove_module_temp_folders
 
     (tmp_path / "fes_lazy_probe.py").write_text("import pathlib\npathlib.Path(__file__).with_suffix('.ran').touch()\n")
     spec = importlib.util.spec_from_file_location("fes_lazy_probe", tmp_path / "fes_lazy_probe.py")

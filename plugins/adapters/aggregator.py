@@ -35,7 +35,7 @@ from fedml_fes.runtime.phases import PhaseSequence
 from fedml_fes.runtime.server import FedAvgCore
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientUpdate
-from fedml_fes_plugins.runtimes.hard_exit import abort_mpi, leave
+from fedml_fes_plugins.adapters.hard_exit import abort_mpi, leave
 
 
 def job_of(model, args: Any) -> Job:

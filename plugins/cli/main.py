@@ -23,7 +23,7 @@ from typing import Any
 
 from fedml_fes.config import FesConfig, add_set_argument, load_config, parse_overrides
 from fedml_fes.errors import FesError
-from fedml_fes_plugins.runtimes.hard_exit import leave_stopped
+from fedml_fes_plugins.adapters.hard_exit import leave_stopped
 
 
 def _add_common(p: argparse.ArgumentParser, dry_run: bool = False, resume: bool = False) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Callable
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.runtime.payload import PLAN_KEY, decode_json, unpack_updates
+from fedml_fes_plugins.adapters.hard_exit import leave
 from fedml_fes_plugins.adapters.trainer import FesTrainer
 from fedml_fes_plugins.cross_device.protocol import (
     CLIENT_LAST_WILL,
@@ -55,7 +56,6 @@ from fedml_fes_plugins.cross_device.protocol import (
     status_message,
 )
 from fedml_fes_plugins.cross_device.settings import DeviceRunSettings, fedml_namespace
-from fedml_fes_plugins.runtimes.hard_exit import leave
 
 READY = "ready"  # a device's line once it is subscribed: "device <edge> ready"
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, NoReturn
 from fedml_fes.config import FesConfig
 from fedml_fes.errors import one_line
 from fedml_fes_plugins.adapters.aggregator import FesAggregator
+from fedml_fes_plugins.adapters.hard_exit import leave
 from fedml_fes_plugins.adapters.offline import offline_fedml_init
 from fedml_fes_plugins.cross_device.protocol import (
     CLIENT_LAST_WILL,
@@ -39,7 +40,6 @@ from fedml_fes_plugins.cross_device.protocol import (
 )
 from fedml_fes_plugins.cross_device.settings import BACKEND, STATS_FILE, DeviceRunSettings, fedml_namespace
 from fedml_fes_plugins.cross_silo.transport import use_outgoing_only_inflight_count
-from fedml_fes_plugins.runtimes.hard_exit import leave
 
 
 class TestLoaderView:

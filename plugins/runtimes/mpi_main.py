@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fedml_fes.config import load_config, parse_overrides
 from fedml_fes.errors import FesError
-from fedml_fes_plugins.runtimes.hard_exit import abort_mpi
+from fedml_fes_plugins.adapters.hard_exit import abort_mpi
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
 TAG = "@fes "

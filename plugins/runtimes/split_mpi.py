@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fedml_fes.config import FesConfig, load_config, parse_overrides
 from fedml_fes.errors import FesError, one_line
-from fedml_fes_plugins.runtimes.hard_exit import abort_mpi
+from fedml_fes_plugins.adapters.hard_exit import abort_mpi
 from fedml_fes_plugins.runtimes.rank import join_world, rank_parser
 
 if TYPE_CHECKING:  # the launcher is imported by the launch only: a rank never needs it
