@@ -57,12 +57,7 @@ def remove_module_temp_folders() -> int:
 def abort_mpi(comm, code: int = 1) -> None:
     """`comm.Abort(code)` after removing the modules' temporary folders: MPI_Abort ends this
     process without its exit handlers (and mpirun ends the other ranks with signals)."""
-    try:
-        remove_module_temp_folders()
-    except Exception:
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _tidy()
     comm.Abort(code)
 
 
@@ -78,10 +73,15 @@ def leave_stopped(code: int) -> NoReturn:
 
 def leave(code: int) -> NoReturn:
     """`os._exit(code)` after removing the modules' temporary folders and flushing the output."""
+    _tidy()
+    os._exit(code)
+
+
+def _tidy() -> None:
+    """What the skipped exit handlers would have done that matters here."""
     try:
         remove_module_temp_folders()
     except Exception:  # never let the cleanup keep a process from ending
         pass
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
