@@ -1,4 +1,4 @@
-"""Clean stops: SIGINT / SIGTERM end `fedml-fes run` and `fedml-fes mpirun` with summary.json
+"""Clean stops: SIGINT / SIGTERM end `fedml-fes run`, `fedml-fes mpirun` and `fedml-fes demo` with summary.json
 (status interrupted), one line on stderr and a non-zero exit; nothing the mpirun launcher
 started outlives it; a failed rank is named on stderr and in summary.json."""
 
@@ -103,6 +103,28 @@ def test_a_signal_stops_run_with_a_summary_and_one_line(tmp_path, tiny_model_dir
     summary = _assert_interrupted(code, err, run_dir, signum)
     assert "Traceback" not in err
     assert summary["device"].startswith("CPU, 1 thread, ")  # what computed these rounds (the fidelity harness reads it)
+
+
+def test_sigterm_stops_the_demo_with_a_summary_and_one_line(tmp_path, tiny_model_dir):
+    """The demo stops as `run` does: the method in progress keeps its finished rounds and
+    summary.json, and the one line says where (a SIGTERM once ended it with neither)."""
+    model = f"model_args.model={tiny_model_dir}"
+    args = ["demo", "--methods", "fedcls", "--rounds", "40", "--no-progress", "--set", model]
+    proc = _start([*args, "--output-dir", str(tmp_path / "runs")])
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "runs").glob("demo-*/fedcls")) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    run_dir = next((tmp_path / "runs").glob("demo-*/fedcls"))
+    _wait_for_rows(proc, run_dir, 2)
+    _wait_for_checkpoint(run_dir, 2)
+    proc.send_signal(signal.SIGTERM)
+    code, _out, err = _finish(proc, timeout=60)
+    assert code == 128 + signal.SIGTERM and err.strip().splitlines() == [
+        f"fedml-fes: interrupted by SIGTERM in FedCLS; finished rounds are kept in {run_dir}"
+    ], (code, err)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds_completed"] == load_checkpoint(run_dir)["round"] + 1
 
 
 @pytest.mark.slow

@@ -319,7 +319,18 @@ def run_demo(opts: argparse.Namespace, echo: Callable[[str], None] = print) -> i
         from fedml_fes.runtime.rundir import make_run_dir
 
         make_run_dir(cfg, str(run_dir))
-        summary = run_in_process(cfg, run_dir, progress=progress, echo=echo)
+        try:
+            summary = run_in_process(cfg, run_dir, progress=progress, echo=echo)
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (the CLI stops the demo on both)
+            from fedml_fes_plugins.runtimes.signals import interrupt_reason
+
+            done = ", ".join(LABELS[r["method"]] for r in rows if r["method"] != ZERO_SHOT)
+            print(
+                f"fedml-fes: {interrupt_reason(e)} in {LABELS[method]}; finished rounds are kept in {run_dir}"
+                + (f" ({done} complete in {out})" if done else ""),
+                file=sys.stderr,
+            )
+            return getattr(e, "exit_code", 130)
         if summary.get("status") != "completed":
             raise FesError(f"{method} ended as {summary.get('status')}: {summary.get('error')} (files in {run_dir})")
         rows.append(_row(method, run_dir, summary))

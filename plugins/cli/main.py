@@ -292,7 +292,7 @@ def _certs(opts: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`argv` None: the process's own command line (the `fedml-fes` program)."""
     opts = build_parser().parse_args(argv)
-    if opts.command in ("run", "mpirun", "split"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
+    if opts.command in ("run", "mpirun", "split", "demo"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
         from fedml_fes_plugins.runtimes.signals import stop_on_signals
 
         with stop_on_signals():
