@@ -162,7 +162,8 @@ class TuningConfig:
     # the prompt model scores the classes with a head of its own, a copy of the verbalizer words'
     # output rows, trained beside the biases wherever only biases train (fes's plan, fedfsl_bias),
     # at train_args.learning_rate: WARP's class embeddings. C x hidden values (TREC-6 on SmolLM2:
-    # 3,456); off by default.
+    # 3,456). On SmolLM2 it moved FeS by -0.4 points on the tuning seeds (docs/BENCHMARK.md): off
+    # by default.
     verbalizer_head: bool = False
 
 
