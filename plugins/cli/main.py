@@ -16,6 +16,7 @@ Every user error is one line on stderr (`fedml-fes: error: ...`) and a non-zero 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -292,17 +293,15 @@ def _certs(opts: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`argv` None: the process's own command line (the `fedml-fes` program)."""
     opts = build_parser().parse_args(argv)
+    stops = contextlib.nullcontext()  # the other commands keep their own signal handling
     if opts.command in ("run", "mpirun", "split", "demo"):  # SIGTERM stops a run as Ctrl-C does: summary.json, one line
         from fedml_fes_plugins.runtimes.signals import stop_on_signals
 
-        with stop_on_signals():
-            code = _main(opts)
-            if code >= 128 and argv is None:
-                leave_stopped(code)
-        return code
-    code = _main(opts)
-    if code >= 128 and argv is None:  # a stopped benchmark harness (`bench --suite fidelity`)
-        leave_stopped(code)
+        stops = stop_on_signals()
+    with stops:
+        code = _main(opts)
+        if code >= 128 and argv is None:  # stopped: a run, the demo or a benchmark harness
+            leave_stopped(code)
     return code
 
 
