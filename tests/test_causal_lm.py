@@ -112,6 +112,64 @@ def test_norm_gains_train_only_in_the_plans_bias_layers_and_above(tok, lm):
     assert not any(n.endswith("norm.weight") for n in trainable_state(model))
 
 
+def test_lora_beside_the_biases_adds_query_value_tensors_only_in_the_bias_layers(tok, lm):
+    from fedml_fes.tuning.adapters import add_lora_beside
+
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    with torch.no_grad():
+        before = model(**batch)
+    plan = plan_for(num_layers(model), 0, -1)  # layer 2 of 3 bias-only
+    add_zero_biases(model, "plan", plan)
+    biases = apply_tuning(model, "plan", plan)
+    lora = add_lora_beside(model.backbone, range(2, 3), rank=1, seed=0)
+    # A: 1 x 32 for q and v; B: 32 x 1 (q), 16 x 1 (v: 2 key-value heads of 8 in the tiny Llama)
+    assert sorted(p.numel() for p in lora) == [16, 32, 32, 32]
+    sent = trainable_state(model)
+    assert sum(t.numel() for t in sent.values()) == biases + 112
+    loras = {n for n in sent if ".lora_" in n}
+    assert {n.split("layers.")[1].split(".lora_")[0] for n in loras} == {"2.self_attn.q_proj", "2.self_attn.v_proj"}
+    # the plan's choice survives the injection: layer 2's biases (q's now on its base layer) train, the rest is frozen
+    assert "lm.model.layers.2.self_attn.q_proj.base_layer.bias" in sent and "lm.model.layers.2.mlp.up_proj.bias" in sent
+    assert not any(".layers.1." in n or n.endswith("proj.base_layer.weight") for n in sent)
+    with torch.no_grad():
+        assert torch.allclose(model(**batch), before, atol=1e-6)  # B starts at zero: the same function
+
+
+def test_fes_steps_lora_at_its_own_rate_and_only_fes_reads_the_rank(tmp_path, tiny_llama_dir, tok):
+    from fedml_fes.runtime.inert import inert_keys, is_inert
+
+    raw = small_config(
+        tmp_path,
+        tiny_llama_dir,
+        train_args={"method": "fes"},
+        tuning_args={"lora_rank": 2, "lora_learning_rate": 0.003},
+    )
+    cfg = config_from_dict(raw)
+    method = get_method("fes")
+    model = method.build_model(cfg, ["sports", "tech"], tok)
+    rates = method._own_rates(model, cfg)
+    names = {p: n for n, p in model.named_parameters()}
+    assert len(rates) == 4 and all(".lora_" in names[p] and r == 0.003 for p, r in rates.items())
+    adapter = get_method("lora")  # AutoFedNLP's LoRA keeps adapter_args' rate
+    adapter.build_model(config_from_dict({**raw, "train_args": {"method": "lora"}}), ["sports", "tech"], tok)
+    assert not adapter.lora_beside
+    assert not is_inert("tuning_args.lora_rank", inert_keys("fes", "full"))
+    for method_name in ("fedfsl", "fedfsl_bias", "lora"):
+        assert is_inert("tuning_args.lora_rank", inert_keys(method_name, "full")), method_name
+    from fedml_fes.tuning.adapters import add_lora_beside
+
+    class NoAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(4, 4))])
+
+    with pytest.raises(FesError, match="lora: layer 0 of NoAttention has 0 of the 2 modules it adapts"):
+        add_lora_beside(NoAttention(), range(0, 1), rank=1, seed=0)
+    with pytest.raises(FesError, match="tuning_args.lora_rank must be >= 0"):
+        config_from_dict(small_config(tmp_path, tiny_llama_dir, tuning_args={"lora_rank": -1}))
+
+
 def test_a_class_head_starts_as_the_verbalizer_rows_and_trains_untied_beside_the_biases(tok, lm):
     ids = _ids(tok, ["world", "sports"])
     model = PromptCausalLM(lm, ids)
@@ -281,7 +339,7 @@ def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
     assert type(skeleton(tiny_llama_dir, masked_lm=True)).__name__ == "LlamaForCausalLM"
 
 
-@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes", "fes+head"])
+@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes", "fes+head", "fes+lora"])
 def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
@@ -294,7 +352,7 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
         prompt_args={"pattern_id": 0},
         pseudo_args={"start_round": 1, "per_pass": 8},
         pacing_args={"mode": "static"},
-        tuning_args={"verbalizer_head": bool(head)},
+        tuning_args={"verbalizer_head": head == "head", "lora_rank": int(head == "lora")},
         common_args={"precision": "bfloat16"},
     )
     cfg = config_from_dict(raw)
@@ -302,9 +360,9 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     summary = run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
     assert "bfloat16" in summary["device"]
-    if head:  # the class head (5 classes x 32 hidden) trains and travels with the biases
+    if head:  # the class head (5 classes x 32 hidden) or LoRA trains and travels with the biases
         sent = torch.load(run_dir / "checkpoint.pt", weights_only=False)["server"]["global"]
-        assert sent["class_head"].shape == (5, 32)
+        assert sent["class_head"].shape == (5, 32) if head == "head" else sum(".lora_" in n for n in sent) == 4
         rows = [r for r in csv.DictReader(open(run_dir / "client_costs.csv")) if r["phase"] == "train"]
         assert {int(r["trainable_bytes"]) for r in rows} == {sum(t.numel() * t.element_size() for t in sent.values())}
 

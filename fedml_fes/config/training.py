@@ -165,6 +165,13 @@ class TuningConfig:
     # 3,456). On SmolLM2 it moved FeS by -0.4 points on the tuning seeds (docs/BENCHMARK.md): off
     # by default.
     verbalizer_head: bool = False
+    # LoRA (Hu et al. 2021) of this rank on the attention query and value projections of the
+    # plan's bias-only layers, beside their biases: the capacity a rank-r update adds where
+    # biases alone cannot rotate attention. SmolLM2 at rank 1 over its 10 bias-only layers:
+    # 19,200 values per update beside 51,840 biases. Its A and B train at
+    # lora_learning_rate (alpha = 2 x rank: updates scaled by 2). 0: off, the paper's plan
+    lora_rank: int = 0
+    lora_learning_rate: float = 1e-3
 
 
 def validate_tuning(tu: TuningConfig) -> None:
@@ -181,6 +188,8 @@ def validate_tuning(tu: TuningConfig) -> None:
         f"tuning_args.all_bias_learning_rate must be >= 0, got {tu.all_bias_learning_rate}",
     )
     check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
+    check(tu.lora_rank >= 0, f"tuning_args.lora_rank must be >= 0 (0: off), got {tu.lora_rank}")
+    check(tu.lora_learning_rate > 0, f"tuning_args.lora_learning_rate must be > 0, got {tu.lora_learning_rate}")
 
 
 @dataclass

@@ -59,7 +59,7 @@ from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, se
 from ..pseudo.pacing import budget_target
 from ..pseudo.prototypes import agreeing, class_sums
 from ..pseudo.store import PseudoLabels
-from ..tuning.adapters import adapter_plan, add_adapters, capacity_plan
+from ..tuning.adapters import adapter_plan, add_adapters, add_lora_beside, capacity_plan, is_adapter_param
 from ..tuning.autoconfig import (
     AdapterView,
     ProgressiveConfigurator,
@@ -230,6 +230,7 @@ class FewShot:
     train_kind: str = "train"
     # (adapter, verbalizer ids) per pattern when pseudo_args.labeler is ensemble (build_model)
     views: list[tuple[PromptAdapter, list[int]]] = field(default_factory=list, repr=False)
+    lora_beside: bool = False  # LoRA beside the plan's biases (tuning_args.lora_rank; build_model)
 
     def filter_method(self, cfg: FesConfig) -> str:
         return cfg.filter.method if self.filtering == "config" else self.filtering
@@ -269,6 +270,10 @@ class FewShot:
             model.add_class_head()
         add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
         apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains)
+        self.lora_beside = bool(self.prompt and plan is not None and plan.bias_layers and cfg.tuning.lora_rank)
+        if self.lora_beside:
+            bias_layers = range(plan.frozen_bottom, plan.total - plan.full_layers)
+            add_lora_beside(model.backbone, bias_layers, cfg.tuning.lora_rank, cfg.common.random_seed)
         if isinstance(model, PromptMLM):
             model.freeze_vocab_bias()
             model.class_bias.requires_grad_(cfg.prompt.train_class_bias)
@@ -337,10 +342,20 @@ class FewShot:
             fused=t.fused_optimizer,
             checkpointing=t.gradient_checkpointing,
             classes=present_classes(y) if t.restricted_softmax else None,
-            own_lr={model.class_head: self.head_lr} if getattr(model, "class_head", None) is not None else None,
+            own_lr=self._own_rates(model, cfg),
         )
         metrics["pseudo_used"] = float(len(pseudo) if pseudo is not None else 0)
         return float(n_gold + lam * n_pseudo), metrics  # FedAvg's sample count
+
+    def _own_rates(self, model, cfg) -> dict | None:
+        """Parameters that step at a rate of their own: a class head at the full-tuning rate,
+        LoRA beside the biases (tuning_args.lora_rank) at tuning_args.lora_learning_rate."""
+        rates = {}
+        if self.lora_beside:
+            rates = {p: cfg.tuning.lora_learning_rate for n, p in model.named_parameters() if is_adapter_param(n)}
+        if getattr(model, "class_head", None) is not None:
+            rates[model.class_head] = self.head_lr
+        return rates or None
 
     def label(self, model, client, cfg, device, previous, store_dir, options):
         """Relabel with the global model; returns (pseudo labels, number of samples inferred).

@@ -102,6 +102,11 @@ def preview_run(cfg: FesConfig) -> list[str]:
         f"trainable: {sum(p.numel() for p in trainable.values()):,} parameters in {len(trainable)} tensors"
         + (f" ({plan.describe()})" if plan is not None else "")
         + (f", the class head at lr {method.head_lr:g}" if "class_head" in trainable else "")
+        + (
+            f", LoRA rank {cfg.tuning.lora_rank} on query/value beside the biases at lr {cfg.tuning.lora_learning_rate:g}"
+            if getattr(method, "lora_beside", False)
+            else ""
+        )
         + f"; one client update: {payload_bytes(trainable):,} bytes each way"
     )
     return lines

@@ -107,18 +107,22 @@ def capacity_plan(start: AdapterPlan, a: AdapterConfig) -> AdapterPlan:
 
 def target_modules(model: nn.Module, plan: AdapterPlan) -> list[str]:
     """Full names of the linear layers that get a PEFT module, checked layer by layer."""
-    wanted = TARGETS[plan.kind]
-    found: dict[int, list[str]] = {i: [] for i in range(plan.depth, plan.total)}
+    return _targets(model, plan.kind, range(plan.depth, plan.total))
+
+
+def _targets(model: nn.Module, kind: str, layers: range) -> list[str]:
+    wanted = TARGETS[kind]
+    found: dict[int, list[str]] = {i: [] for i in layers}
     for name, module in model.named_modules():
         m = _IN_LAYER.search(name)
         if m and isinstance(module, nn.Linear) and int(m.group(1)) in found and m.group(2) in wanted:
             found[int(m.group(1))].append(name)
     for i, names in found.items():
-        if len(names) != PER_LAYER[plan.kind]:
+        if len(names) != PER_LAYER[kind]:
             raise FesError(
-                f"{plan.kind}: layer {i} of {type(model).__name__} has {len(names)} of the "
-                f"{PER_LAYER[plan.kind]} modules it adapts ({', '.join(wanted)}): supported are "
-                f"BERT/RoBERTa/DeBERTa/DistilBERT-style encoders"
+                f"{kind}: layer {i} of {type(model).__name__} has {len(names)} of the "
+                f"{PER_LAYER[kind]} modules it adapts ({', '.join(wanted)}): supported are "
+                f"BERT/RoBERTa/DeBERTa/DistilBERT-style encoders and Llama-style decoders"
             )
     return [n for i in sorted(found) for n in found[i]]
 
@@ -131,23 +135,37 @@ def add_adapters(model: nn.Module, plan: AdapterPlan, seed: int) -> int:
     """Inject the plan's PEFT modules into `model` in place and make them its only trainable
     parameters; returns their count. The modules' random init (LoRA's A) comes from `seed`,
     without touching the global RNG, so every process builds the same initial adapters."""
+    count = _inject(model, target_modules(model, plan), plan.width, plan.alpha, plan.dropout, seed)
+    for name, p in model.named_parameters():
+        p.requires_grad_(is_adapter_param(name))
+    return count
+
+
+def add_lora_beside(model: nn.Module, layers: range, rank: int, seed: int) -> list[nn.Parameter]:
+    """LoRA of `rank` (alpha 2 x rank) on the query and value projections of `layers`, added to
+    a model whose trainable set is already chosen (FeS's bias-only layers,
+    tuning_args.lora_rank): the LoRA tensors train too, nothing else changes. Returns them."""
+    before = {n: p.requires_grad for n, p in model.named_parameters()}
+    _inject(model, _targets(model, "lora", layers), rank, 2.0 * rank, 0.0, seed)
+    added = []
+    for name, p in model.named_parameters():
+        if is_adapter_param(name):
+            p.requires_grad_(True)
+            added.append(p)
+        else:  # PEFT marks every other tensor frozen: restore the plan's choice
+            p.requires_grad_(before[name.replace(".base_layer.", ".")])
+    return added
+
+
+def _inject(model: nn.Module, targets: list[str], width: int, alpha: float, dropout: float, seed: int) -> int:
+    """PEFT's LoRA modules on `targets`, their init seeded apart from the global RNG; their count."""
     from peft import LoraConfig, inject_adapter_in_model
 
-    config = LoraConfig(
-        r=plan.width,
-        lora_alpha=plan.alpha,
-        lora_dropout=plan.dropout,
-        target_modules=target_modules(model, plan),
-        bias="none",
-    )
+    config = LoraConfig(r=width, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(config, model)
-    count = 0
-    for name, p in model.named_parameters():
-        train = is_adapter_param(name)
-        p.requires_grad_(train)
-        count += p.numel() if train else 0
+    count = sum(p.numel() for n, p in model.named_parameters() if is_adapter_param(n))
     if count == 0:
-        raise FesError(f"{plan.kind}: no PEFT tensor was added to {type(model).__name__}")
+        raise FesError(f"LoRA: no PEFT tensor was added to {type(model).__name__}")
     return count
