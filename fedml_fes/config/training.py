@@ -169,7 +169,9 @@ class TuningConfig:
     # plan's bias-only layers, beside their biases: the capacity a rank-r update adds where
     # biases alone cannot rotate attention. SmolLM2 at rank 1 over its 10 bias-only layers:
     # 19,200 values per update beside 51,840 biases. Its A and B train at
-    # lora_learning_rate (alpha = 2 x rank: updates scaled by 2). 0: off, the paper's plan
+    # lora_learning_rate (alpha = 2 x rank: updates scaled by 2). On SmolLM2 rank 1 moved FeS by
+    # -0.4 points on the tuning seeds for 37% more bytes per update (docs/BENCHMARK.md): 0, off,
+    # the paper's plan, by default
     lora_rank: int = 0
     lora_learning_rate: float = 1e-3
 
