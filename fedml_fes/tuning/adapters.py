@@ -18,6 +18,9 @@ the prompt model, the frozen-bottom split and the cost meter work unchanged.
   bottleneck sits and whether it has a nonlinearity; here it reads the FFN's own GELU
   features, a parallel adapter at the FFN (their best placement). Hand-written adapter layers
   are deliberately not used: PEFT is the maintained implementation.
+
+`add_lora_beside` puts the same LoRA modules beside FeS's bias-only layers (tuning_args.lora_rank)
+without changing what else trains.
 """
 
 from __future__ import annotations
