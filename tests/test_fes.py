@@ -643,7 +643,7 @@ def test_class_bias_switch_decides_whether_it_trains_and_travels(tmp_path, tiny_
 def test_class_report_shows_a_one_class_model():
     import numpy as np
 
-    from fedml_fes.runtime.methods import class_report
+    from fedml_fes.report.class_shift import class_report
 
     r = class_report(np.array([1, 1, 1, 1]), np.array([0, 1, 1, 2]), 4)
     assert r["confusion"] == [[0, 1, 0, 0], [0, 2, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]]

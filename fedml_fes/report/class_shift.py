@@ -1,4 +1,5 @@
-"""Which classes training moved, and how that follows the gold labels' skew.
+"""Which classes training moved, and how that follows the gold labels' skew; `class_report`
+makes the per-class record (accuracy, confusion matrix) every evaluation writes.
 
 A run folder holds the few-shot set's class counts (`gold_classes.json`), the test split's
 (`test_classes.json`) and, in `summary.json`, the confusion matrix of the untrained model
@@ -14,10 +15,26 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import FesError
+
+
+def class_report(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, Any]:
+    """What the accuracy alone hides (a model that predicts one class): per-class accuracy, the
+    confusion matrix (rows: true class, columns: predicted) and the majority-class rate."""
+    labels = np.asarray(labels)
+    confusion = np.zeros((num_classes, num_classes), dtype=int)
+    np.add.at(confusion, (labels, np.asarray(pred)), 1)
+    support = confusion.sum(1)
+    per_class = [float(confusion[c, c] / support[c]) if support[c] else float("nan") for c in range(num_classes)]
+    return {
+        "per_class_acc": per_class,
+        "confusion": confusion.tolist(),
+        "majority_rate": float(support.max() / max(1, support.sum())),
+    }
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ from ..pseudo.labeler import CONTENT_FREE, correct_bias, flexible_thresholds, se
 from ..pseudo.pacing import budget_target
 from ..pseudo.prototypes import agreeing, class_sums
 from ..pseudo.store import PseudoLabels
+from ..report.class_shift import class_report
 from ..tuning.adapters import adapter_plan, add_adapters, add_lora_beside, capacity_plan, is_adapter_param
 from ..tuning.autoconfig import (
     AdapterView,
@@ -120,21 +121,6 @@ class Method(Protocol):
     def save_result(
         self, model: nn.Module, tokenizer: PreTrainedTokenizerBase, cfg: FesConfig, summary: dict
     ) -> dict: ...
-
-
-def class_report(pred: np.ndarray, labels: np.ndarray, num_classes: int) -> dict[str, Any]:
-    """What the accuracy alone hides (a model that predicts one class): per-class accuracy, the
-    confusion matrix (rows: true class, columns: predicted) and the majority-class rate."""
-    labels = np.asarray(labels)
-    confusion = np.zeros((num_classes, num_classes), dtype=int)
-    np.add.at(confusion, (labels, np.asarray(pred)), 1)
-    support = confusion.sum(1)
-    per_class = [float(confusion[c, c] / support[c]) if support[c] else float("nan") for c in range(num_classes)]
-    return {
-        "per_class_acc": per_class,
-        "confusion": confusion.tolist(),
-        "majority_rate": float(support.max() / max(1, support.sum())),
-    }
 
 
 def _texts_b(obj) -> tuple | None:
