@@ -64,6 +64,7 @@ SHARED: dict[str, dict[str, Any]] = {
         "learning_rate": 5e-5,
         "eval_batch_size": 64,
         "frequency_of_the_test": 1,
+        "balance_gold_classes": True,
     },
     "pseudo_args": {
         "start_round": 2,
