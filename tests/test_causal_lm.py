@@ -323,6 +323,26 @@ def test_gradient_checkpointing_on_a_model_without_it_is_one_line():
             call()
 
 
+def test_a_checkpointed_head_classifier_on_a_causal_lm_trains_without_the_kv_cache_warning(tiny_llama_dir, tok, caplog):
+    """FedCLS and Pseudo-only on a causal LM: with gradient checkpointing on, the training forward
+    asks for no KV cache, so transformers' use_cache warning is not in every run's log."""
+    from transformers.utils import logging as hf_logging
+
+    from fedml_fes.prompt.classifier import gradient_checkpointing
+
+    model = build_classifier(tiny_llama_dir, 3, seed=0).train()
+    gradient_checkpointing(model, True)
+    batch = tok(TEXTS, padding="longest", return_tensors="pt")
+    hf_logging.enable_propagation()
+    try:
+        with caplog.at_level("WARNING"):
+            model(**batch).logits.sum().backward()
+    finally:
+        hf_logging.disable_propagation()
+    assert not [r for r in caplog.records if "use_cache" in r.getMessage()]
+    assert model.config.use_cache is False
+
+
 def test_head_classifier_on_a_causal_lm_reads_the_last_real_token(tiny_llama_dir, tok):
     model = build_classifier(tiny_llama_dir, 3, seed=0).eval()
     assert model.config.pad_token_id == tok.pad_token_id

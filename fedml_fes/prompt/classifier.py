@@ -244,6 +244,10 @@ def gradient_checkpointing(model: nn.Module, on: bool) -> None:
     saved activations (SmolLM2, 64 tokens, batch 4: 0.4 GB, docs/BENCHMARK.md)."""
     lm = checkpointable(model)
     if on:
+        # nothing here generates, and transformers warns on every checkpointed forward that asks
+        # for a KV cache (the head classifier's causal LMs: FedCLS, Pseudo-only)
+        if getattr(lm.config, "use_cache", False):
+            lm.config.use_cache = False
         lm.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         lm.activation_checkpointing_disable()
