@@ -5,6 +5,8 @@ gradient checkpointing (train_args.gradient_checkpointing), side by side in one 
     .venv/bin/python benchmarks/run_memory.py                       # FedFSL, BBC News, seed 10, 3 rounds
     .venv/bin/python benchmarks/run_memory.py --method fes --rounds 4
     .venv/bin/python benchmarks/run_memory.py --modes parked checkpointed
+    .venv/bin/python benchmarks/run_memory.py --method fedfsl_bias --modes parked checkpointed \
+        --results benchmarks/results/run_memory_bias.json     # what checkpoint_bias_only saves
 
 Each mode runs in its own fresh process (one torch thread), one after the other, from the shared
 fidelity config (run_configs/fidelity.yaml) with only the dataset keys, method, seed and round
@@ -16,6 +18,7 @@ mark, ru_maxrss), wall time and final accuracy, and whether the two runs' metric
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
@@ -62,6 +65,7 @@ def _child(opts: argparse.Namespace) -> None:
         "common_args.output_dir": str(out),
         "common_args.cache_dir": str(Path(opts.out) / "cache"),
         "train_args.gradient_checkpointing": MODES[opts.child][1],
+        "train_args.checkpoint_bias_only": True,  # a mode checkpoints whatever trains, bias-only plans too
     }
     cfg = load_config(opts.cf, overrides)
     started = time.perf_counter()
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(Path(opts.out) / mode / "run")
         result["updates_max"] = max(int(r["updates_accepted"]) for r in rows)
         result["test_acc"] = [r.get("test_acc", "") for r in rows]
+        with open(Path(opts.out) / mode / "run" / "client_costs.csv", newline="") as f:
+            costs = [r for r in csv.DictReader(f) if r["phase"] == "train"]
+        result["client_training_s"] = round(sum(float(r["compute_s"]) for r in costs), 1)
         results.append(result)
         print(
             f"[{mode}] peak RSS {result['peak_rss_gb']} GB, {result['wall_s']} s, final {result['final']}", flush=True
@@ -137,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     Path(opts.results).parent.mkdir(parents=True, exist_ok=True)
     Path(opts.results).write_text(json.dumps(report, indent=2) + "\n")
-    peaks = ", ".join(f"{r['mode']} {r['peak_rss_gb']} GB ({r['wall_s']} s)" for r in results)
+    peaks = ", ".join(
+        f"{r['mode']} {r['peak_rss_gb']} GB ({r['wall_s']} s, clients' training {r['client_training_s']} s)"
+        for r in results
+    )
     print(f"peak RSS: {peaks}; same metrics: {report['same_metrics']}; written: {opts.results}")
     return 0
 

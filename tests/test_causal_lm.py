@@ -413,6 +413,47 @@ def test_a_run_with_gradient_checkpointing_gives_the_same_rows(tmp_path, tiny_ll
     assert rows[True] == rows[False]
 
 
+@pytest.mark.parametrize("bias_only", [True, False])
+def test_checkpoint_bias_only_false_checkpoints_only_plans_that_train_a_weight_matrix(
+    tmp_path, tiny_llama_dir, monkeypatch, bias_only
+):
+    """train_args.checkpoint_bias_only: false leaves FedFSL-BIAS (every bias, no weight matrix)
+    holding its activations and still checkpoints full tuning (FedFSL); true (the default)
+    checkpoints both. The weights are the same either way (the whole-run test above)."""
+    import fedml_fes.prompt.classifier as classifier
+    from fedml_fes.runtime.rundir import make_run_dir
+    from fedml_fes_plugins.runtimes.inprocess import run_in_process
+
+    switched: list[bool] = []
+    real = classifier.gradient_checkpointing
+    monkeypatch.setattr(classifier, "gradient_checkpointing", lambda m, on: (switched.append(on), real(m, on)))
+    checkpointed = {}
+    for method in ("fedfsl_bias", "fedfsl"):
+        switched.clear()
+        train = {"method": method, "comm_round": 1, "client_num_per_round": 1, "gradient_checkpointing": True}
+        raw = small_config(
+            tmp_path,
+            tiny_llama_dir,
+            train_args={**train, "checkpoint_bias_only": bias_only},
+            prompt_args={"pattern_id": 0},
+        )
+        cfg = config_from_dict(raw)
+        run_dir = make_run_dir(cfg, str(tmp_path / f"{method}-{bias_only}"))
+        assert run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)["status"] == "completed"
+        checkpointed[method] = True in switched
+    assert checkpointed == {"fedfsl_bias": bias_only, "fedfsl": True}
+
+
+def test_trains_weight_matrices_tells_a_bias_only_plan_from_full_tuning():
+    from fedml_fes.prompt.classifier import trains_weight_matrices
+
+    layer = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    assert trains_weight_matrices(layer)
+    for name, p in layer.named_parameters():
+        p.requires_grad_(name.endswith("bias") or name == "1.weight")  # biases and the norm's gain
+    assert not trains_weight_matrices(layer)
+
+
 # ---- GGUF files and the packaged model ---------------------------------------------------------
 
 

@@ -102,6 +102,12 @@ class TrainConfig:
     # in the backward pass instead of held (SmolLM2, batch 4 x 64 tokens: 0.4 GB less at the
     # peak, client training 13-21% slower; the same weights bit for bit). docs/BENCHMARK.md
     gradient_checkpointing: bool = False
+    # with gradient_checkpointing, whether a plan that trains no weight matrix (biases and norm
+    # gains only: FedFSL-BIAS, FeS's bias-only top) checkpoints too. Such a step holds no
+    # optimizer state or gradients worth the name, and the recompute costs it a forward pass:
+    # SmolLM2 FedFSL-BIAS, batch 4 x 64 tokens, 1.45 -> 1.00 s a step for 0.35 GB more held
+    # (benchmarks/run_memory.py --method fedfsl_bias). false: those plans hold their activations
+    checkpoint_bias_only: bool = True
 
 
 def validate_train(t: TrainConfig, client_num_in_total: int, given: "set[str] | frozenset[str] | None" = None) -> None:

@@ -237,6 +237,13 @@ def checkpointable(model: nn.Module) -> nn.Module:
     return lm
 
 
+def trains_weight_matrices(model: nn.Module) -> bool:
+    """Whether a trainable tensor has two or more dimensions (a weight matrix, an embedding,
+    LoRA's factors), not only biases and norm gains: what train_args.checkpoint_bias_only
+    tells apart."""
+    return any(p.requires_grad and p.dim() >= 2 for p in model.parameters())
+
+
 def gradient_checkpointing(model: nn.Module, on: bool) -> None:
     """Turn HF activation checkpointing of the model's backbone on or off. Recomputing a layer
     repeats its forward ops exactly, so the weights come out the same bit for bit

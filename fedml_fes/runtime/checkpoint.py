@@ -64,7 +64,7 @@ NON_RESULT_KEYS: dict[str, set[str] | None] = {
     "common_args": {"run_name", "output_dir", "cache_dir", "training_type"},
     "comm_args": None,  # None: the whole section
     "tracking_args": None,
-    "train_args": {"gradient_checkpointing"},
+    "train_args": {"gradient_checkpointing", "checkpoint_bias_only"},
 }
 
 

@@ -50,6 +50,7 @@ from ..prompt.classifier import (
     predict_proba,
     present_classes,
     train_examples,
+    trains_weight_matrices,
 )
 from ..prompt.model import PromptCausalLM, PromptEncoder, PromptMLM
 from ..prompt.pvp import PVP, get_pvp, verbalizer_token_ids
@@ -326,7 +327,7 @@ class FewShot:
             autocast=autocast_for(cfg.common.precision, device),
             weights=weights,
             fused=t.fused_optimizer,
-            checkpointing=t.gradient_checkpointing,
+            checkpointing=t.gradient_checkpointing and (t.checkpoint_bias_only or trains_weight_matrices(model)),
             classes=present_classes(y) if t.restricted_softmax else None,
             own_lr=self._own_rates(model, cfg),
         )
