@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -818,6 +819,34 @@ def test_time_to_accuracy_table_from_run_folders(tmp_path, tiny_model_dir):
     section = fid.render(fid.collect_rows(tmp_path), "x", "d", tmp_path, {}).split("Table 4)")[1]
     assert "| FeS | X | X | X | 0/1 |" in section
     assert "| s0 X | - |" in section  # FeS never reached FedFSL's 90% in seed 0
+
+
+def test_x_faster_reads_the_seeds_mean_curves_where_a_seed_alone_misses_the_target(tmp_path, tiny_model_dir):
+    """FedFSL's final mean (80%) is reached by its own mean curve, though seed 1 alone ends at 70%:
+    the ratio is FedFSL's mean-curve hours over FeS's, where FeS's seeds average 80% after round 0."""
+    from fedml_fes.report.time_to_target import hours_to, mean_curve, speedup
+
+    fsl = _fake_run_dir(tmp_path, tiny_model_dir, method="fedfsl")
+    fes = _fake_run_dir(tmp_path, tiny_model_dir, method="fes")
+    curves = {fsl: ("0.6", "0.9", "0.5", "0.7"), fes: ("0.85", "0.8", "0.75", "0.8")}
+    for rd, (a0, a1, b0, b1) in curves.items():
+        twin = rd.with_name(rd.name.replace("-s0", "-s1"))
+        shutil.copytree(rd, twin)
+        for folder, (x, y) in ((rd, (a0, a1)), (twin, (b0, b1))):
+            (folder / "metrics.csv").write_text(f"round,test_acc,pseudo_total,bytes_up\n0,{x},10,1000\n1,{y},30,3000\n")
+            summary = {"status": "completed", "final": float(y), "primary_metric": "test_acc"}
+            (folder / "summary.json").write_text(json.dumps(summary))
+    fsl_runs, fes_runs = [fsl, fsl.with_name("fedfsl-s1")], [fes, fes.with_name("fes-s1")]
+    one_round = (2.14e12 / load_profile_tx2().flops_per_s + 2.0) / 3600
+    assert hours_to(mean_curve(fsl_runs, "FedFSL"), 0.8) == pytest.approx(2 * one_round)
+    assert hours_to(mean_curve(fes_runs, "FeS"), 0.8) == pytest.approx(one_round)
+    assert hours_to(mean_curve(fsl_runs[1:], "FedFSL s1"), 0.8) is None  # the seed alone never gets there
+    assert speedup(one_round, 2 * one_round) == pytest.approx(2.0) and speedup(None, 1.0) is None
+    section = fid.render(fid.collect_rows(tmp_path), "x", "d", tmp_path, {}).split("Table 4)")[1]
+    fes_line = next(line for line in section.splitlines() if line.startswith("| FeS |"))
+    assert "TX2 h to FedFSL's 80.0%" in section and "| 2x / - / - |" in fes_line  # no FedFSL-BIAS, FedCLS: -
+    fsl_line = next(line for line in section.splitlines() if line.startswith("| FedFSL |"))
+    assert "| 1/2 |" in fsl_line and "| 1x / - / - |" in fsl_line  # one seed reached it; its mean curve did
 
 
 def load_profile_tx2():

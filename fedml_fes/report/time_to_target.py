@@ -1,6 +1,6 @@
 """Time to accuracy over seeds, as the paper's Table 4 reports it: the emulated device hours and
 the upload a method needs before its test accuracy first reaches a target (another method's
-final mean accuracy), and the "x faster" ratios between methods: over the seeds' means, and
+final mean accuracy), and the "x faster" ratios between methods: on the seeds' mean curves, and
 paired seed by seed (the paper's single-run ratio: each seed's own FedFSL run sets the target).
 
 Everything comes from the run folders through `run_plot.run_curve` (the cost model's
@@ -91,12 +91,22 @@ def mean_curve(run_dirs: list[Path], label: str, device: str = "jetson_tx2") -> 
     )
 
 
-def speedup(mine: Reached, other: Reached, device: str = "jetson_tx2") -> float | None:
-    """How many times faster `mine` reaches the target than `other` (None: either never did)."""
-    a, b = mine.hours.get(device), other.hours.get(device)
-    if not a or not b or mine.reached < mine.seeds or other.reached < other.seeds:
+def hours_to(curve: Curve | None, target: float) -> float | None:
+    """Hours until `curve`'s first evaluated round at or above `target` (None: it never gets there)."""
+    if curve is None or not curve.hours:
         return None
-    return b / a
+    at = next((k for k, a in enumerate(curve.accuracy) if a >= target - 1e-12), None)
+    return None if at is None else curve.hours[at]
+
+
+def speedup(mine: float | None, other: float | None) -> float | None:
+    """How many times sooner `mine` hours reach a target than `other` hours (None: either never does).
+    Over seeds the report reads both off the seeds' mean curves (`mean_curve`, the figure's curve):
+    a target set by one method's final mean accuracy is then reached by that method's own mean
+    curve, where the seeds one by one may not all reach it."""
+    if not mine or not other:
+        return None
+    return other / mine
 
 
 def _seed(run_dir: Path) -> str:
@@ -119,7 +129,5 @@ def paired_speedups(mine: list[Path], other: list[Path], device: str = "jetson_t
         if not base.accuracy or not base.hours or not mycurve.hours:
             continue
         goal = base.accuracy[-1]
-        at_base = next(k for k, a in enumerate(base.accuracy) if a >= goal - 1e-12)
-        at = next((k for k, a in enumerate(mycurve.accuracy) if a >= goal - 1e-12), None)
-        out[s] = None if at is None else base.hours[at_base] / mycurve.hours[at]
+        out[s] = speedup(hours_to(mycurve, goal), hours_to(base, goal))
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fedml_fes.report.run_plot import size_text
-from fedml_fes.report.time_to_target import DEVICES, Reached, mean_curve, paired_speedups, reach, speedup
+from fedml_fes.report.time_to_target import DEVICES, Reached, hours_to, mean_curve, paired_speedups, reach, speedup
 
 TARGETS = ("fedfsl", "prompt_only")  # whose final mean accuracy is the target
 COMPARED = ("fedfsl", "fedfsl_bias", "fedcls")  # "x faster than" these, as the paper's Table 4
@@ -53,7 +53,9 @@ def time_tables(rows: list[dict[str, Any]], label_of: Callable, variant_of: Call
         "Emulated hours (Jetson TX2, Raspberry Pi 4B; the cost model, 1 MB/s) and upload until a run's "
         "test accuracy first reaches the target: FedFSL's final mean accuracy, then Prompt-only's. Means "
         "over the seeds that reached it (X: none did; k/n: how many of the seeds did). "
-        "x faster: the other method's TX2 hours over this one's, where every seed of both reached it. "
+        "x faster: the other method's TX2 hours over this one's to the first target, both read off the seeds' mean "
+        "curve (accuracy and hours averaged round by round, the figure's curve) at its first evaluated round at or "
+        "above it (X: this method's mean curve never reaches it; -: the other's does not, or it has no runs). "
         "Seed by seed: the paper's single-run ratio, once per seed: that seed's FedFSL (FedFSL-BIAS) run's TX2 "
         "hours to its own final accuracy over this method's hours to the same accuracy in the same seed "
         "(X: never reached).",
@@ -70,6 +72,8 @@ def time_tables(rows: list[dict[str, Any]], label_of: Callable, variant_of: Call
         if not finals:
             continue
         reached = {(v, t): reach(dirs, goal) for t, goal in finals.items() for v, dirs in runs.items()}
+        means = {v: mean_curve(dirs, v) for v, dirs in runs.items()}
+        first = next(iter(finals))
         head = "| method |"
         rule = "|---|"
         for t, goal in finals.items():
@@ -87,11 +91,11 @@ def time_tables(rows: list[dict[str, Any]], label_of: Callable, variant_of: Call
                     f" {_hours(x.hours['jetson_tx2'])} | {_hours(x.hours['rpi_4b'])} | {_bytes(x.upload)} |"
                     f" {x.reached}/{x.seeds} |"
                 )
-            first = next(iter(finals))
+            mine = hours_to(means[v], finals[first])
             ratios = [
-                speedup(reached[(v, first)], reached[(m, first)]) if (m, first) in reached else None for m in COMPARED
+                "X" if mine is None else _ratio(speedup(mine, hours_to(means.get(m), finals[first]))) for m in COMPARED
             ]
-            line += " " + " / ".join(_ratio(r) for r in ratios) + " |"
+            line += " " + " / ".join(ratios) + " |"
             for m in PAIRED:
                 paired = paired_speedups(runs[v], runs[m]) if m in runs and v != m else {}
                 line += (
