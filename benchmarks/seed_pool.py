@@ -29,6 +29,8 @@ def pooled(csv_files: list[Path], labeler: str | None) -> dict[str, dict[str, di
     """dataset -> method -> seed -> accuracy (0-1)."""
     out: dict[str, dict[str, dict[int, float]]] = {}
     for path in csv_files:
+        if not path.is_file():
+            raise SystemExit(f"seed_pool: no such file: {path}")
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
             lacking = {"dataset", "seed", "method", "accuracy", "labeler"} - set(reader.fieldnames or ())
@@ -76,10 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("csv", nargs="+", type=Path, help="fidelity.csv files of the fidelity harness")
     p.add_argument("--labeler", help="'paper': pool the @paper rows instead of the shared config's")
     a = p.parse_args(argv)
-    missing = [str(c) for c in a.csv if not c.is_file()]
-    if missing:
-        print(f"seed_pool: no such file: {', '.join(missing)}", file=sys.stderr)
-        return 2
     print("\n".join(table(pooled(a.csv, a.labeler))))
     print("\nAccuracy (%): means over the seeds; differences in points, paired by seed, mean ± standard error.")
     return 0

@@ -40,7 +40,7 @@ def test_seeds_of_two_csvs_pool_and_pair_by_seed(tmp_path, capsys):
     assert "| trec | 0, 3 | 75.0 | - | 99.0 | - | - | - |" in capsys.readouterr().out  # one @paper seed: no pair
 
 
-def test_a_seed_in_two_csvs_and_a_foreign_csv_are_one_line_errors(tmp_path, capsys):
+def test_a_seed_in_two_csvs_and_a_foreign_csv_are_one_line_errors(tmp_path):
     a = _csv(tmp_path / "a.csv", [("trec", 0, "prompt_only", 0.70, "")])
     with pytest.raises(SystemExit, match="trec prompt_only seed 0 is in two of the CSVs"):
         seed_pool.main([str(a), str(a)])
@@ -48,5 +48,5 @@ def test_a_seed_in_two_csvs_and_a_foreign_csv_are_one_line_errors(tmp_path, caps
     other.write_text("x,y\n1,2\n")
     with pytest.raises(SystemExit, match="is not a fidelity CSV"):
         seed_pool.main([str(other)])
-    assert seed_pool.main([str(tmp_path / "missing.csv")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no such file"):
+        seed_pool.main([str(tmp_path / "missing.csv")])
