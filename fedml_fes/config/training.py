@@ -76,20 +76,20 @@ class TrainConfig:
     # that hold gold labels are the outliers by design: their updates are many times the
     # pseudo-label clients' (which the model already agrees with), and at 10x the screen
     # rejected a gold client's update in 13 of the committed benchmark runs
-    # (docs/BENCHMARK.md). 0: off; the absolute bound always applies (a non-finite change, or
+    # (docs/TUNING.md). 0: off; the absolute bound always applies (a non-finite change, or
     # one over 1e6 x the global's norm). See fedml_fes/tuning/params.py screen_updates.
     robust_norm_factor: float = 0.0
     # Class-balanced loss on a client's gold labels: each gold example weighted by
     # n / (classes present x its class's count), so a few-shot set skewed toward one class
     # (64 labels: 43 sports) does not pull the model's prior toward that class. Pseudo labels
-    # keep weight 1. Off by default (the paper's plain cross-entropy); docs/BENCHMARK.md.
+    # keep weight 1. Off by default (the paper's plain cross-entropy); docs/TUNING.md.
     balance_gold_classes: bool = False
     # FedRS's restricted softmax (Li & Zhan, KDD 2021) at alpha 0: a client's loss takes the
     # softmax over the classes its own labels name (gold, and its pseudo labels' first
     # classes) only. With 64 gold labels on two or three clients, a client without a class's
     # labels otherwise pushes that class down for everyone (Gemma, AG News seed 11: 3 `Sports`
     # labels, FeS ends with `Sports` 0% right). Off by default (the paper's plain
-    # cross-entropy); docs/BENCHMARK.md.
+    # cross-entropy); docs/TUNING.md.
     restricted_softmax: bool = False
     # AdamW as torch's fused kernel (one vectorized pass over a tensor's weights, moments and
     # gradient) instead of its loop of elementwise ops per tensor, which sampled at 44% of a
@@ -163,12 +163,12 @@ class TuningConfig:
     # FeS's bias-only layers also train their normalization gains (LN-tuning): on a model
     # without norm biases (RMSNorm: Llama, SmolLM2) the closest analogue of the LayerNorm
     # bias BitFit trains on RoBERTa. A few hundred values per norm: upload stays tiny. On
-    # SmolLM2 it cost FeS 4.0 points on the tuning seeds (docs/BENCHMARK.md): off by default.
+    # SmolLM2 it cost FeS 4.0 points on the tuning seeds (docs/TUNING.md): off by default.
     norm_gains: bool = False
     # the prompt model scores the classes with a head of its own, a copy of the verbalizer words'
     # output rows, trained beside the biases wherever only biases train (fes's plan, fedfsl_bias),
     # at train_args.learning_rate: WARP's class embeddings. C x hidden values (TREC-6 on SmolLM2:
-    # 3,456). On SmolLM2 it moved FeS by -0.4 points on the tuning seeds (docs/BENCHMARK.md): off
+    # 3,456). On SmolLM2 it moved FeS by -0.4 points on the tuning seeds (docs/TUNING.md): off
     # by default.
     verbalizer_head: bool = False
     # LoRA (Hu et al. 2021) of this rank on the attention query and value projections of the
@@ -176,7 +176,7 @@ class TuningConfig:
     # biases alone cannot rotate attention. SmolLM2 at rank 1 over its 10 bias-only layers:
     # 19,200 values per update beside 51,840 biases. Its A and B train at
     # lora_learning_rate (alpha = 2 x rank: updates scaled by 2). On SmolLM2 rank 1 moved FeS by
-    # -0.4 points on the tuning seeds for 37% more bytes per update (docs/BENCHMARK.md): 0, off,
+    # -0.4 points on the tuning seeds for 37% more bytes per update (docs/TUNING.md): 0, off,
     # the paper's plan, by default
     lora_rank: int = 0
     lora_learning_rate: float = 1e-3
