@@ -112,6 +112,34 @@ def test_norm_gains_train_only_in_the_plans_bias_layers_and_above(tok, lm):
     assert not any(n.endswith("norm.weight") for n in trainable_state(model))
 
 
+def test_bias_sites_add_and_train_only_the_named_maps_biases_in_every_planned_layer(tok, lm):
+    model = PromptCausalLM(lm, _ids(tok, ["world", "sports"]))
+    plan = plan_for(num_layers(model), 0, 3)  # every layer bias-only
+    assert add_zero_biases(model, "plan", plan, ["gate_proj"]) == 3  # one map in each of 3 layers
+    apply_tuning(model, "plan", plan, bias_sites=["gate_proj"])
+    sent = trainable_state(model)
+    assert set(sent) == {"class_bias"} | {f"lm.model.layers.{i}.mlp.gate_proj.bias" for i in range(3)}
+    assert plan.frozen_bottom == 0  # nothing to cache: the bottom layer trains too
+
+
+def test_bias_sites_on_a_model_with_biases_train_only_theirs_and_a_misspelt_site_is_one_error(tiny_model_dir):
+    model = build_classifier(tiny_model_dir, 2, 0)  # BERT-style layers: every linear map has a bias
+    assert add_zero_biases(model, "bias", None, ["intermediate.dense"]) == 0
+    apply_tuning(model, "bias", None, bias_sites=["intermediate.dense"])
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    layer_biases = {n for n in trained if ".layer." in n}
+    assert layer_biases and all(n.endswith("intermediate.dense.bias") for n in layer_biases)
+    assert not any("attention" in n or "LayerNorm" in n for n in trained)
+    with pytest.raises(FesError, match=r"bias_sites \['gate_prj'\] name no linear map"):
+        apply_tuning(model, "bias", None, bias_sites=["gate_prj"])
+
+
+def test_bias_sites_must_be_a_list_of_names():
+    with pytest.raises(FesError, match="tuning_args.bias_sites must be a list of module names"):
+        config_from_dict({"tuning_args": {"bias_sites": "gate_proj"}})
+    assert config_from_dict({"tuning_args": {"bias_sites": ["gate_proj"]}}).tuning.bias_sites == ["gate_proj"]
+
+
 def test_lora_beside_the_biases_adds_query_value_tensors_only_in_the_bias_layers(tok, lm):
     from fedml_fes.tuning.adapters import add_lora_beside
 

@@ -3,7 +3,7 @@ checks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import FesError
 from .common import OFFLINE_MINILM, check
@@ -180,6 +180,12 @@ class TuningConfig:
     # the paper's plan, by default
     lora_rank: int = 0
     lora_learning_rate: float = 1e-3
+    # which linear maps' biases train wherever biases train (fes's plan, fedfsl_bias): names the
+    # end of each map's module path (SmolLM2/Llama `gate_proj`, `q_proj`; RoBERTa
+    # `intermediate.dense`); empty: every bias, BitFit. BitFit (Ben Zaken et al., ACL 2022) found
+    # the query and the MLP's intermediate biases change most and train almost as well alone,
+    # so a few sites over more layers can cost no more upload than every site over a few.
+    bias_sites: list = field(default_factory=list)
 
 
 def validate_tuning(tu: TuningConfig) -> None:
@@ -198,6 +204,10 @@ def validate_tuning(tu: TuningConfig) -> None:
     check(tu.bias_epochs >= 0, f"tuning_args.bias_epochs must be >= 0 (0: train_args.epochs), got {tu.bias_epochs}")
     check(tu.lora_rank >= 0, f"tuning_args.lora_rank must be >= 0 (0: off), got {tu.lora_rank}")
     check(tu.lora_learning_rate > 0, f"tuning_args.lora_learning_rate must be > 0, got {tu.lora_learning_rate}")
+    check(
+        isinstance(tu.bias_sites, list) and all(isinstance(x, str) and x.strip(".") for x in tu.bias_sites),
+        f"tuning_args.bias_sites must be a list of module names (e.g. [gate_proj]), got {tu.bias_sites!r}",
+    )
 
 
 @dataclass

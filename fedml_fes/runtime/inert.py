@@ -30,7 +30,14 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     else:  # adapters read only the activation cache's switch from tuning_args
         inert |= {
             f"tuning_args.{k}"
-            for k in ("full_layers", "bias_layers", "bias_learning_rate", "all_bias_learning_rate", "bias_epochs")
+            for k in (
+                "full_layers",
+                "bias_layers",
+                "bias_learning_rate",
+                "all_bias_learning_rate",
+                "bias_epochs",
+                "bias_sites",
+            )
         }
     if made is not None and getattr(made, "pacing", "count") == "count":
         inert |= {"pacing_args.train_sampling", "pacing_args.val_signal"}

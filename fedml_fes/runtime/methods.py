@@ -255,8 +255,10 @@ class FewShot:
         self.head_lr = cfg.train.learning_rate
         if self.prompt and cfg.tuning.verbalizer_head and mode in ("bias", "plan"):
             model.add_class_head()
-        add_zero_biases(model, mode, plan)  # BitFit on bias-free layers (Llama, Gemma): zero biases, same function
-        apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains)
+        sites = cfg.tuning.bias_sites
+        # BitFit on bias-free layers (Llama, Gemma): zero biases, the same function
+        add_zero_biases(model, mode, plan, sites)
+        apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains, bias_sites=sites)
         self.lora_beside = bool(self.prompt and plan is not None and plan.bias_layers and cfg.tuning.lora_rank)
         if self.lora_beside:
             bias_layers = range(plan.frozen_bottom, plan.total - plan.full_layers)

@@ -94,16 +94,36 @@ def _param_mode(name: str, plan: LayerPlan | None, mode: str) -> str:
     return "full" if plan.full_layers else "bias"  # MLM head / pooler: above the top layer
 
 
-def add_zero_biases(model: nn.Module, mode: str, plan: LayerPlan | None = None) -> int:
+def at_site(module_path: str, sites: "tuple[str, ...] | list[str]") -> bool:
+    """`module_path` ends with one of `sites` (module names, `gate_proj` or `intermediate.dense`);
+    no sites: every module."""
+    return not sites or any(module_path == s or module_path.endswith("." + s) for s in sites)
+
+
+def check_sites(model: nn.Module, sites: "tuple[str, ...] | list[str]") -> None:
+    """Each of `sites` names at least one linear map of a layer, else one error line: a
+    misspelt site would otherwise train nothing in silence."""
+    paths = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and layer_index(n + ".") is not None]
+    missing = [s for s in sites if not any(at_site(p, (s,)) for p in paths)]
+    if missing:
+        example = paths[0].split(".")[-1] if paths else "none"
+        raise FesError(
+            f"tuning_args.bias_sites {missing} name no linear map of {type(model).__name__}'s layers "
+            f"(one of them: '{example}')"
+        )
+
+
+def add_zero_biases(model: nn.Module, mode: str, plan: LayerPlan | None = None, sites: "list[str] | tuple" = ()) -> int:
     """BitFit on layers whose linear maps have no bias (Llama, Qwen2's MLP, Gemma): give each
     such nn.Linear in the layers that train biases only ('bias': every layer; 'plan': the
-    plan's bias-only layers) a bias of zeros, so the function is unchanged until training moves
-    it. Returns how many were added; models that have biases already get none."""
+    plan's bias-only layers), at `sites` only when given, a bias of zeros, so the function is
+    unchanged until training moves it. Returns how many were added; models that have biases
+    already get none."""
     if mode not in ("bias", "plan") or (mode == "plan" and (plan is None or not plan.bias_layers)):
         return 0
     added = 0
     for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear) or module.bias is not None:
+        if not isinstance(module, nn.Linear) or module.bias is not None or not at_site(name, sites):
             continue
         i = layer_index(name + ".")
         if i is None or (mode == "plan" and plan.mode_of_layer(i) != "bias"):
@@ -126,20 +146,30 @@ def norm_gain_names(model: nn.Module) -> frozenset[str]:
     )
 
 
-def apply_tuning(model: nn.Module, mode: str, plan: LayerPlan | None = None, norm_gains: bool = False) -> int:
+def apply_tuning(
+    model: nn.Module,
+    mode: str,
+    plan: LayerPlan | None = None,
+    norm_gains: bool = False,
+    bias_sites: "list[str] | tuple" = (),
+) -> int:
     """Set requires_grad by mode ('full', 'bias', or 'plan' with `plan`); returns trainable count.
     norm_gains (plan only): the bias-only layers train their normalization gains too, as
     LN-tuning does; on RMSNorm models (no norm bias) they are the analogue of the LayerNorm
-    bias that BitFit trains on RoBERTa."""
+    bias that BitFit trains on RoBERTa. bias_sites: where biases train, only the biases of
+    those modules (`at_site`); a head trains whatever they name."""
     if mode not in ("full", "bias", "plan"):
         raise FesError(f"tuning mode must be full, bias or plan, got '{mode}'")
     if mode == "plan" and plan is None:
         raise FesError("tuning mode 'plan' needs a LayerPlan")
     gains = norm_gain_names(model) if norm_gains and mode == "plan" else frozenset()
+    if bias_sites and mode in ("bias", "plan"):
+        check_sites(model, bias_sites)
     count = 0
     for name, p in model.named_parameters():
         m = _param_mode(name, plan if mode == "plan" else None, mode)
-        train = m == "full" or (m == "bias" and (name.endswith("bias") or name in gains))
+        bias = name.endswith("bias") and at_site(name.rpartition(".")[0], bias_sites)
+        train = m == "full" or (m == "bias" and (bias or name in gains))
         p.requires_grad_(train)
         count += p.numel() if train else 0
     if count == 0:
