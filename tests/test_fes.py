@@ -328,7 +328,7 @@ def test_planner_binary_search_finds_shallowest_good_depth():
 
     def probe(d):
         calls.append(d)
-        return Probe(d, accuracy=min(0.9, 0.5 + 0.1 * d), cost=float(d), payload_bytes=100 * d)
+        return Probe(d, score=min(0.9, 0.5 + 0.1 * d), cost=float(d), payload_bytes=100 * d)
 
     result = search_depth(24, probe, tolerance=0.01)
     assert result.chosen.depth == 4 and result.reference.depth == 24
@@ -351,7 +351,7 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, ba
         tiny_model_dir if backbone == "masked" else tiny_llama_dir,
         train_args={"method": "fes"},
         data_args={"gold_labels": 16, "gold_sparsity": 0.001},
-        pacing_args={"mode": "static"},
+        pacing_args={"mode": "static", "val_signal": "log_likelihood" if backbone == "causal" else "accuracy"},
         filter_args={"method": "random"},
         prompt_args={"pattern_id": 0 if backbone == "causal" else 1},
     )
@@ -375,7 +375,22 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, ba
     )
     assert out.returncode == 0, out.stderr
     assert "chosen plan: tuning_args:" in out.stdout
+    assert f"validation {'val_nll' if backbone == 'causal' else 'val_acc'} " in out.stdout  # the config's signal
+    assert "the gold labels it trains on" in out.stdout  # static pacing holds none out, and says so
     assert (tmp_path / "plan" / "plan.json").is_file()
+
+
+def test_plan_probes_hold_validation_labels_out(tmp_path, tiny_model_dir):
+    """A config scoring AUG-E on its training labels (val_holdout 0) would make every probe tie at
+    1.0 and the search pick the shallowest depth: probes hold the default quarter out instead."""
+    from fedml_fes_plugins.cli.plan import probe_config
+
+    raw = small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"}, pacing_args={"val_holdout": 0})
+    probed = probe_config(config_from_dict(raw), depth=2, rounds=1)
+    assert probed.pacing.val_holdout == 0.25
+    assert (probed.tuning.full_layers, probed.tuning.bias_layers, probed.train.comm_round) == (0, 2, 1)
+    kept = config_from_dict({**raw, "pacing_args": {"val_holdout": 0.1}})
+    assert probe_config(kept, depth=1, rounds=3).pacing.val_holdout == 0.1
 
 
 def test_warmup_rounds_train_with_their_own_lr_and_epochs(tmp_path, tiny_model_dir):
@@ -535,6 +550,7 @@ def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
     assert others and all(set(d.texts) == held_out for d in others)  # gold labels, none trained on
     assert not held_out & trained
     assert "val_acc" in row and row["val_acc"] == row["val_acc"]
+    assert row["val_nll"] > 0  # the held-out labels' mean negative log-likelihood, beside their accuracy
 
 
 def _data(labels_per_client):

@@ -274,11 +274,11 @@ class RoundServer:
 
     def _validate(self) -> float:
         """The validation signal AUG-E's delta_acc is measured in (pacing_args.val_signal); the
-        accuracy itself is kept in `val_accuracy` for the metrics row."""
+        accuracy and the true labels' mean negative log-likelihood are kept for the metrics row."""
         scores = self.aggregator.test(self.val_set, self.job.device, self.cfg.flat_args())
-        self.val_accuracy = float(scores["test_acc"])
+        self.val_accuracy, self.val_nll = float(scores["test_acc"]), float(scores["test_nll"])
         if self.cfg.pacing.val_signal == "log_likelihood":
-            return -float(scores["test_nll"])
+            return -self.val_nll
         return self.val_accuracy
 
     def current_pacing(self) -> Pacing | None:
@@ -647,8 +647,9 @@ class RoundServer:
         if self.val_set is not None:
             if self.pacer is not None or tested or self.cfg.pseudo.skip_if_worse_than_zero_shot:  # every round
                 self.last_val = self._validate()
-                scores["val_acc"] = self.val_accuracy
-            scores.setdefault("val_acc", float("nan"))  # keep the column from the first row on
+                scores["val_acc"], scores["val_nll"] = self.val_accuracy, self.val_nll
+            scores.setdefault("val_acc", float("nan"))  # keep the columns from the first row on
+            scores.setdefault("val_nll", float("nan"))
         if self.pacer is not None and round_idx >= self.cfg.pseudo.start_round:
             for event in self.pacer.observe(round_idx, self.last_val):
                 self.recorder.log_event(f"round {round_idx}: {event}")

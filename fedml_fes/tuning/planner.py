@@ -2,9 +2,11 @@
 
 Training fewer top layers is cheaper (less compute above the cached frozen bottom, smaller
 payloads) but may cost accuracy. A probe trains a depth for a few proxy rounds and reports
-(accuracy, cost). The planner probes the deepest plan first as the reference, then binary
-searches for the shallowest depth whose accuracy stays within `tolerance` of it, assuming
-accuracy does not fall as depth grows (the search probes O(log L) depths, not all L).
+(score, cost); the score is higher-is-better on held-out gold labels (their accuracy, or their
+true classes' mean log-likelihood, which still moves once every one of them is right). The
+planner probes the deepest plan first as the reference, then binary searches for the shallowest
+depth whose score stays within `tolerance` of it, assuming the score does not fall as depth
+grows (the search probes O(log L) depths, not all L).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..errors import FesError
 @dataclass(frozen=True)
 class Probe:
     depth: int  # top layers trained (bias-only)
-    accuracy: float
+    score: float  # higher is better: validation accuracy or mean log-likelihood
     cost: float  # e.g. measured client compute seconds per round
     payload_bytes: int
 
@@ -30,15 +32,15 @@ class PlanSearch:
     probes: list[Probe] = field(default_factory=list)
 
     def table(self) -> str:
-        lines = ["| depth | accuracy | cost/round | payload bytes |", "|---|---|---|---|"]
+        lines = ["| depth | score | cost/round | payload bytes |", "|---|---|---|---|"]
         for p in sorted(self.probes, key=lambda p: p.depth):
             mark = " (chosen)" if p.depth == self.chosen.depth else ""
-            lines.append(f"| {p.depth}{mark} | {p.accuracy:.4f} | {p.cost:.3f} | {p.payload_bytes} |")
+            lines.append(f"| {p.depth}{mark} | {p.score:.4f} | {p.cost:.3f} | {p.payload_bytes} |")
         return "\n".join(lines)
 
 
 def search_depth(max_depth: int, probe: Callable[[int], Probe], tolerance: float, min_depth: int = 1) -> PlanSearch:
-    """Shallowest depth in [min_depth, max_depth] with accuracy >= reference - tolerance."""
+    """Shallowest depth in [min_depth, max_depth] with score >= reference's - tolerance."""
     if not 1 <= min_depth <= max_depth:
         raise FesError(f"planner depth range [{min_depth}, {max_depth}] is empty: the model has too few layers")
     if tolerance < 0:
@@ -54,7 +56,7 @@ def search_depth(max_depth: int, probe: Callable[[int], Probe], tolerance: float
     lo, hi = min_depth, max_depth  # invariant: hi is acceptable
     while lo < hi:
         mid = (lo + hi) // 2
-        if run(mid).accuracy >= reference.accuracy - tolerance:
+        if run(mid).score >= reference.score - tolerance:
             hi = mid
         else:
             lo = mid + 1

@@ -1,10 +1,15 @@
 """`fedml-fes plan --cf CONFIG`: choose the co-planning depth with short proxy runs.
 
 Each probe is a real in-process run of the config (its method, e.g. `fes`) for a few
-rounds with `tuning_args.bias_layers = depth` and no fully trained layer; its accuracy on
-the gold-label validation set (metrics.csv `val_acc`; never the test split) and
-its measured client compute per round feed `fedml_fes.tuning.planner.search_depth`. The
-result (a table and the chosen `tuning_args`) is printed and written to plan.json.
+rounds with `tuning_args.bias_layers = depth` and no fully trained layer; its score on the
+gold-label validation set (never the test split) and its measured client compute per round
+feed `fedml_fes.tuning.planner.search_depth`. The score is what the config's AUG-E is measured
+in (`pacing_args.val_signal`): metrics.csv `val_acc`, or minus `val_nll` for log_likelihood.
+Where the method holds validation labels out of training (FeS's adaptive pacing, AutoFedNLP's
+progressive configurator), a config that holds none out (`val_holdout: 0`) gets the default
+quarter in its probes: a few rounds fit the labels trained on under any depth, and every probe
+would tie at 1.0. The result (a table and the
+chosen `tuning_args`) is printed and written to plan.json.
 """
 
 from __future__ import annotations
@@ -12,40 +17,50 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 from fedml_fes.config import FesConfig
+from fedml_fes.config.labeling import PacingConfig
 from fedml_fes.errors import FesError
 from fedml_fes.tuning.planner import Probe, search_depth
 from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
 
+def probe_config(cfg: FesConfig, depth: int, rounds: int) -> FesConfig:
+    """The config a probe runs: `depth` bias-only top layers, `rounds` rounds, validation labels held out."""
+    holdout = cfg.pacing.val_holdout or PacingConfig.val_holdout
+    return dataclasses.replace(
+        cfg,
+        tuning_args=dataclasses.replace(cfg.tuning, full_layers=0, bias_layers=depth),
+        train_args=dataclasses.replace(cfg.train, comm_round=rounds),
+        pacing_args=dataclasses.replace(cfg.pacing, val_holdout=holdout),
+    )
+
+
 def _probe(cfg: FesConfig, out: Path, rounds: int):
+    column = "val_nll" if cfg.pacing.val_signal == "log_likelihood" else "val_acc"
+
     def probe(depth: int) -> Probe:
-        c = dataclasses.replace(
-            cfg,
-            tuning_args=dataclasses.replace(cfg.tuning, full_layers=0, bias_layers=depth),
-            train_args=dataclasses.replace(cfg.train, comm_round=rounds),
-        )
+        c = probe_config(cfg, depth, rounds)
         run_dir = out / f"depth{depth}"
         run_dir.mkdir(parents=True, exist_ok=True)
         run_in_process(c, run_dir, progress=False, echo=lambda _l: None)
         rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
         cost = sum(float(r["client_compute_s_max"]) for r in rows) / max(len(rows), 1)
         per_client = [int(r["bytes_up"]) / max(len(r["clients"].split()), 1) for r in rows]
-        val = [float(r["val_acc"]) for r in rows if r.get("val_acc") not in (None, "", "nan")]
-        acc = val[-1] if val else None
-        if acc is None:
-            raise FesError(f"probe at depth {depth} recorded no validation accuracy (no gold labels?)")
-        print(f"  depth {depth}: validation accuracy {acc:.4f}, client compute {cost:.2f}s/round", flush=True)
-        return Probe(depth, float(acc if acc is not None else -math.inf), cost, int(max(per_client, default=0)))
+        val = [float(r[column]) for r in rows if r.get(column) not in (None, "", "nan")]
+        if not val:
+            raise FesError(f"probe at depth {depth} recorded no validation score (no gold labels?)")
+        score = -val[-1] if column == "val_nll" else val[-1]
+        print(f"  depth {depth}: validation {column} {val[-1]:.4f}, client compute {cost:.2f}s/round", flush=True)
+        return Probe(depth, score, cost, int(max(per_client, default=0)))
 
     return probe
 
 
 def run_plan(cfg: FesConfig, opts) -> int:
     from fedml_fes.models import skeleton
+    from fedml_fes.runtime.methods import decides_on_validation, get_method
     from fedml_fes.tuning.plan import num_layers
     from fedml_fes_plugins.runtimes.inprocess import ensure_mlm_build
 
@@ -54,9 +69,16 @@ def run_plan(cfg: FesConfig, opts) -> int:
     max_depth = min(opts.max_depth or total, total)
     out = Path(opts.out or Path(cfg.common.output_dir) / "plan")
     out.mkdir(parents=True, exist_ok=True)
+    probed = probe_config(cfg, max_depth, opts.rounds)
+    scored_on = (
+        f"{probed.pacing.val_holdout:.0%} of the gold labels, held out"
+        if decides_on_validation(get_method(cfg.train.method), probed)
+        else "the gold labels it trains on (the method holds none out)"
+    )
     print(
         f"planning {cfg.train.method} on {cfg.data.dataset}: {total} layers, depths 1..{max_depth}, "
-        f"{opts.rounds} proxy rounds each, tolerance {opts.tolerance}",
+        f"{opts.rounds} proxy rounds each, tolerance {opts.tolerance} in "
+        f"{'mean log-likelihood' if cfg.pacing.val_signal == 'log_likelihood' else 'accuracy'} on {scored_on}",
         flush=True,
     )
     result = search_depth(max_depth, _probe(cfg, out, opts.rounds), opts.tolerance)
@@ -64,7 +86,7 @@ def run_plan(cfg: FesConfig, opts) -> int:
     chosen = {"full_layers": 0, "bias_layers": result.chosen.depth}
     print(
         f"chosen plan: tuning_args: {chosen} (reference depth {result.reference.depth}: "
-        f"accuracy {result.reference.accuracy:.4f})"
+        f"score {result.reference.score:.4f})"
     )
     (out / "plan.json").write_text(
         json.dumps(
