@@ -378,6 +378,8 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, ba
     assert f"validation {'val_nll' if backbone == 'causal' else 'val_acc'} " in out.stdout  # the config's signal
     assert "the gold labels it trains on" in out.stdout  # static pacing holds none out, and says so
     assert (tmp_path / "plan" / "plan.json").is_file()
+    assert all((d / "config.yaml").is_file() for d in (tmp_path / "plan").glob("depth*"))  # real run folders
+    assert "WARNING" not in out.stderr
 
 
 def test_plan_probes_hold_validation_labels_out(tmp_path, tiny_model_dir):

@@ -22,6 +22,7 @@ from pathlib import Path
 from fedml_fes.config import FesConfig
 from fedml_fes.config.labeling import PacingConfig
 from fedml_fes.errors import FesError
+from fedml_fes.runtime.rundir import make_run_dir
 from fedml_fes.tuning.planner import Probe, search_depth
 from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
@@ -42,8 +43,7 @@ def _probe(cfg: FesConfig, out: Path, rounds: int):
 
     def probe(depth: int) -> Probe:
         c = probe_config(cfg, depth, rounds)
-        run_dir = out / f"depth{depth}"
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = make_run_dir(c, str(out / f"depth{depth}"))  # a run folder: config.yaml, plot, `--resume`
         run_in_process(c, run_dir, progress=False, echo=lambda _l: None)
         rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
         cost = sum(float(r["client_compute_s_max"]) for r in rows) / max(len(rows), 1)
