@@ -382,6 +382,32 @@ def test_plan_command_on_tiny_model(tmp_path, tiny_model_dir, tiny_llama_dir, ba
     assert "WARNING" not in out.stderr
 
 
+@pytest.mark.parametrize(
+    "rounds,tolerance,max_depth,message",
+    [(0, 0.01, 0, "--rounds must be >= 1"), (1, -1.0, 0, "--tolerance must be >= 0"), (1, 0.0, -3, "--max-depth")],
+)
+def test_plan_options_are_checked_first(rounds, tolerance, max_depth, message):
+    from types import SimpleNamespace
+
+    from fedml_fes_plugins.cli.plan import check_plan_options
+
+    with pytest.raises(FesError, match=message):
+        check_plan_options(SimpleNamespace(rounds=rounds, tolerance=tolerance, max_depth=max_depth))
+
+
+def test_plan_refuses_methods_without_a_layer_plan(tmp_path, tiny_model_dir):
+    from types import SimpleNamespace
+
+    from fedml_fes_plugins.cli.plan import run_plan
+
+    opts = SimpleNamespace(rounds=1, tolerance=0.01, max_depth=0, out=str(tmp_path / "plan"))
+    for method, mode in (("fedfsl", "full"), ("fedfsl_bias", "bias")):
+        cfg = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": method}))
+        with pytest.raises(FesError, match=f"which {method} does not use .*trains '{mode}'"):
+            run_plan(cfg, opts)
+    assert not (tmp_path / "plan").exists()  # refused before anything ran
+
+
 def test_plan_probes_hold_validation_labels_out(tmp_path, tiny_model_dir):
     """A config scoring AUG-E on its training labels (val_holdout 0) would make every probe tie at
     1.0 and the search pick the shallowest depth: probes hold the default quarter out instead."""

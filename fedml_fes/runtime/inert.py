@@ -7,6 +7,13 @@ from ..tuning.adapters import KINDS as ADAPTER_KINDS
 from .methods import PRESETS, AdapterTuning
 
 
+def tuning_mode(method_name: str, model_tuning: str) -> str:
+    """What a method's run trains: its own fixed mode (FeS "plan", FedFSL-BIAS "bias", an adapter
+    kind), else model_args.tuning ("full", "bias" or "plan")."""
+    method = PRESETS.get(method_name)
+    return getattr(method() if method else None, "tuning", None) or model_tuning
+
+
 def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     """Config sections ("tuning_args") and single keys ("pacing_args.train_sampling") a method
     never reads, so a change there cannot change its run (the benchmarks' resume check and
@@ -17,7 +24,7 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     `pseudo_args` and `filter_args` for a method that never pseudo-labels (FedCLS, Prompt-only)."""
     method = PRESETS.get(method_name)
     made = method() if method else None
-    mode = getattr(made, "tuning", None) or model_tuning
+    mode = tuning_mode(method_name, model_tuning)
     inert = {"tuning_args"} if mode == "full" else set()
     if mode != "bias":  # only BitFit over every layer reads it
         inert.add("tuning_args.all_bias_learning_rate")

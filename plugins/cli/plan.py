@@ -58,7 +58,26 @@ def _probe(cfg: FesConfig, out: Path, rounds: int):
     return probe
 
 
+def check_plan_options(opts) -> None:
+    """The command's own numbers, one error line each, before any model is read."""
+    if opts.rounds < 1:
+        raise FesError(f"--rounds must be >= 1 (proxy rounds per probed depth), got {opts.rounds}")
+    if opts.tolerance < 0:
+        raise FesError(f"--tolerance must be >= 0, got {opts.tolerance}")
+    if opts.max_depth < 0:
+        raise FesError(f"--max-depth must be >= 1 (0: every layer), got {opts.max_depth}")
+
+
 def run_plan(cfg: FesConfig, opts) -> int:
+    from fedml_fes.runtime.inert import tuning_mode
+
+    check_plan_options(opts)
+    mode = tuning_mode(cfg.train.method, cfg.model.tuning)
+    if mode != "plan":
+        raise FesError(
+            f"fedml-fes plan chooses tuning_args' layer plan, which {cfg.train.method} does not use "
+            f"(it trains '{mode}'): plan fes, or a method with model_args.tuning: plan"
+        )
     from fedml_fes.models import skeleton
     from fedml_fes.runtime.methods import decides_on_validation, get_method
     from fedml_fes.tuning.plan import num_layers
@@ -68,7 +87,10 @@ def run_plan(cfg: FesConfig, opts) -> int:
     total = num_layers(skeleton(cfg.model.model, masked_lm=True))  # the depth, without reading weights
     max_depth = min(opts.max_depth or total, total)
     out = Path(opts.out or Path(cfg.common.output_dir) / "plan")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FesError(f"--out {out}: cannot create the folder ({e.strerror or e})") from None
     probed = probe_config(cfg, max_depth, opts.rounds)
     scored_on = (
         f"{probed.pacing.val_holdout:.0%} of the gold labels, held out"
