@@ -304,3 +304,26 @@ def test_the_mlm_build_runs_from_the_cli_as_its_error_message_says(tmp_path, mlm
     assert "method: fedbert_mlm" in capsys.readouterr().out
     assert main(["run", "--cf", str(cf), "--no-progress"]) == 0
     assert load_cached_info(load_config(str(cf))) is not None
+
+
+def test_missing_job_data_stops_before_the_mlm_build(tmp_path, mlm_model_dir, monkeypatch):
+    """A build takes minutes and is cached, but a run whose own dataset is missing should say so
+    first: the job's data is read before the build starts."""
+    from fedml_fes_plugins.runtimes import inprocess
+
+    recipe = write_config(tmp_path / "mlm.yaml", _raw(tmp_path, mlm_model_dir))
+    raw = small_config(
+        tmp_path,
+        mlm_model_dir,
+        train_args={"method": "prompt_only"},
+        data_args={"dataset": "agnews", "data_dir": str(tmp_path / "no-agnews")},
+        model_args={"mlm_from": str(recipe)},
+    )
+    built = []
+    monkeypatch.setattr(inprocess, "run_in_process", lambda *a, **k: built.append(a))
+    with pytest.raises(FesError, match="AG News folder not found"):
+        inprocess.ensure_mlm_build(config_from_dict(raw), echo=lambda _l: None)
+    assert not built
+    raw["data_args"] = {**raw["data_args"], "dataset": "bbc_news"}  # data there: the build runs
+    inprocess.ensure_mlm_build(config_from_dict(raw), echo=lambda _l: None)
+    assert len(built) == 1

@@ -27,6 +27,7 @@ from fedml_fes_plugins.runtimes.signals import interrupt_reason, stop_requested
 def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progress: bool = False) -> None:
     """Build the FedBERT MLM head named by model_args.mlm_from if it is not cached yet, for the
     methods that read it (prompt models); a head classifier (FedCLS, Pseudo-only) never does."""
+    from fedml_fes.data.federated import load_splits
     from fedml_fes.pretrain.cache import load_cached_info
     from fedml_fes.pretrain.source import mlm_build_config
     from fedml_fes.runtime.methods import get_method
@@ -37,6 +38,7 @@ def ensure_mlm_build(cfg: FesConfig, echo: Callable[[str], None] = print, progre
     mlm_cfg = mlm_build_config(cfg)
     if mlm_cfg is None or load_cached_info(mlm_cfg) is not None:
         return
+    load_splits(cfg)  # the job's own data first: a missing dataset stops here, not after the build
     echo(f"building the MLM head first ({cfg.model.mlm_from}); it is cached for later runs")
     run_in_process(mlm_cfg, make_run_dir(mlm_cfg), progress=progress, echo=echo)
 
