@@ -406,6 +406,10 @@ def test_plan_refuses_methods_without_a_layer_plan(tmp_path, tiny_model_dir):
         with pytest.raises(FesError, match=f"which {method} does not use .*trains '{mode}'"):
             run_plan(cfg, opts)
     assert not (tmp_path / "plan").exists()  # refused before anything ran
+    (tmp_path / "a_file").write_text("")
+    fes = config_from_dict(small_config(tmp_path, tiny_model_dir, train_args={"method": "fes"}))
+    with pytest.raises(FesError, match="--out .*a_file: cannot create the folder"):
+        run_plan(fes, SimpleNamespace(**{**vars(opts), "out": str(tmp_path / "a_file")}))
 
 
 def test_plan_probes_hold_validation_labels_out(tmp_path, tiny_model_dir):
