@@ -8,8 +8,8 @@ in (`pacing_args.val_signal`): metrics.csv `val_acc`, or minus `val_nll` for log
 Where the method holds validation labels out of training (FeS's adaptive pacing, AutoFedNLP's
 progressive configurator), a config that holds none out (`val_holdout: 0`) gets the default
 quarter in its probes: a few rounds fit the labels trained on under any depth, and every probe
-would tie at 1.0. The result (a table and the
-chosen `tuning_args`) is printed and written to plan.json.
+would tie at 1.0. The result (a table and the chosen `tuning_args`) is printed and written to
+plan.json.
 """
 
 from __future__ import annotations
