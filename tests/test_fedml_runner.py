@@ -723,3 +723,30 @@ def test_the_mpi_receive_thread_backs_off_while_idle_and_stops():
     thread.join(timeout=2)
     assert not thread.is_alive()
     assert 3 <= idle <= 0.5 / t.PROBE_MAX_S + 10, idle  # FedML's thread: about 500
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("release", [False, True])
+def test_a_worker_ending_in_os_exit_leaves_no_wandb_temp_dirs(tmp_path, release):
+    """FedML imports wandb, whose import makes temp folders that only atexit removes; the
+    benchmark's spawned workers end in os._exit and release them first."""
+    code = (
+        "import os\n"
+        "from fedml_fes_plugins.adapters.offline import import_fedml, release_wandb_temp_dirs\n"
+        "import_fedml()\n"
+        f"print(release_wandb_temp_dirs() if {release} else 0, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    left = [p.name for p in tmp_path.iterdir() if "wandb" in p.name]
+    if release:
+        assert int(out.stdout.split()[-1]) >= 3 and left == []
+    else:
+        assert len(left) >= 3  # the leak the release exists for
