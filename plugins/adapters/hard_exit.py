@@ -4,7 +4,8 @@ Some fedml-fes processes end with `os._exit`:
 - a silo whose server is gone;
 - a rank that aborts the MPI job;
 - a stopped run, whose interpreter teardown can crash inside torch;
-- an emulated device or cross-device server after a failure.
+- an emulated device or cross-device server after a failure;
+- a fidelity benchmark worker (multiprocessing ends its spawned processes so).
 
 `os._exit` skips the exit handlers, and with them the removal of the temporary folders that
 imported modules hold for the life of the process. wandb 0.13.2, which FedML imports, makes four

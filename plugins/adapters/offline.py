@@ -73,32 +73,6 @@ def import_fedml():
     return fedml
 
 
-# wandb 0.13.2, which FedML 0.9.6 imports (fedml/core/mlops/system_stats.py:3), makes these
-# tempfile.TemporaryDirectory at import time; atexit removes them, which a process that ends in
-# os._exit (multiprocessing's spawned workers) never runs: three empty folders left in the temp
-# directory per such process.
-_WANDB_TEMP_DIRS = (
-    ("wandb.data_types", "MEDIA_TMP"),  # wandb/data_types.py:79
-    ("wandb.sdk.data_types._private", "MEDIA_TMP"),  # wandb/sdk/data_types/_private.py:3
-    ("wandb.sdk.wandb_artifacts", "ARTIFACT_TMP"),  # wandb/sdk/wandb_artifacts.py:70
-    ("wandb.sdk.internal.file_pusher", "TMP_DIR"),  # wandb/sdk/internal/file_pusher.py:24
-)
-
-
-def release_wandb_temp_dirs() -> int:
-    """Remove the temp folders wandb made at import, for a process about to end in os._exit;
-    how many it removed. Only modules already imported are touched (nothing is imported here)."""
-    import sys
-
-    removed = 0
-    for module_name, attr in _WANDB_TEMP_DIRS:
-        holder = getattr(sys.modules.get(module_name), attr, None)
-        if holder is not None and os.path.isdir(getattr(holder, "name", "")):
-            holder.cleanup()
-            removed += 1
-    return removed
-
-
 def offline_fedml_init(args: Any, run_dir: Path) -> Any:
     """`fedml.init(args)` with the cloud and home-directory side effects contained."""
     fedml = import_fedml()

@@ -257,7 +257,7 @@ def run_job(cfg: FesConfig, run_dir: str, tag: str, resume: bool = False) -> dic
 def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
     """Take runs from `tasks` until None; SIGINT is the parent's to handle, SIGTERM interrupts the
     run (also inside torch.save: stop_on_signals, as in `_run_all`)."""
-    from fedml_fes_plugins.adapters.offline import release_wandb_temp_dirs
+    from fedml_fes_plugins.adapters.hard_exit import remove_module_temp_folders
     from fedml_fes_plugins.runtimes.signals import stop_on_signals
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -266,8 +266,8 @@ def _worker_loop(tasks, results) -> None:  # runs in a child process (spawn)
             _take_runs(tasks, results)
     except KeyboardInterrupt:  # the run (if any) has marked itself interrupted
         return
-    finally:  # a spawned worker ends in os._exit: no atexit
-        release_wandb_temp_dirs()
+    finally:  # a spawned worker ends in os._exit: no exit handlers remove wandb's temp folders
+        remove_module_temp_folders()
 
 
 def _take_runs(tasks, results) -> None:
