@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+# One temporary directory for every process the tests start, removed when the test session ends.
+# Tests stop and kill silos, ranks and runs on purpose, and a process ended by a signal keeps the
+# folders wandb (imported by FedML) makes at import (plugins/adapters/hard_exit.py): about 90 of
+# them were left in /tmp by each full run of the suite. The first process to load this file
+# (pytest's main process) makes the directory, keeps its own temporary directory (read before
+# TMPDIR changes) and removes it at the end; its xdist workers and every process a test starts
+# inherit TMPDIR. pytest's tmp_path folders stay where they were (the workers get their base from
+# the main process).
+_ORIGINAL_TMP = tempfile.gettempdir()
+_SUITE_TMP_VAR = "FEDML_FES_TEST_TMPDIR"
+_OWN_SUITE_TMP = _SUITE_TMP_VAR not in os.environ
+if _OWN_SUITE_TMP:
+    os.environ[_SUITE_TMP_VAR] = tempfile.mkdtemp(prefix="fes-", dir=_ORIGINAL_TMP)
+os.environ["TMPDIR"] = os.environ[_SUITE_TMP_VAR]
+
+
+def pytest_unconfigure(config) -> None:
+    if _OWN_SUITE_TMP:
+        shutil.rmtree(os.environ[_SUITE_TMP_VAR], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

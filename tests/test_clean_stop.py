@@ -226,3 +226,18 @@ def test_removing_module_temp_folders_loads_no_lazily_loaded_module(tmp_path, mo
     assert not (tmp_path / "fes_lazy_probe.ran").exists()
     module.pathlib  # noqa: B018 - the first attribute read runs it
     assert (tmp_path / "fes_lazy_probe.ran").exists()
+
+
+def test_the_processes_tests_start_keep_their_temporary_folders_in_the_suites_own(tmp_path):
+    """A process a test kills keeps its temporary folders (above); the processes tests start make
+    them in one directory that tests/conftest.py removes when the session ends, not in /tmp."""
+    suite_tmp = os.environ["FEDML_FES_TEST_TMPDIR"]
+    child = subprocess.run(
+        [sys.executable, "-c", "import tempfile; print(tempfile.mkdtemp())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    made = Path(child.stdout.strip())
+    assert made.parent == Path(suite_tmp) and made.is_dir(), child.stderr
+    assert Path(suite_tmp) not in tmp_path.parents  # pytest's own folders stay where they were
