@@ -69,7 +69,7 @@ def test_lr_factor_warms_up_then_decays_to_zero():
 def test_build_steps_and_bad_settings_are_one_line_errors(tmp_path, mlm_model_dir):
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir, warmup_fraction=0.25))
     assert build_steps(cfg) == (12, 3)
-    from fedml_fes.runtime.methods import FedBertMlm
+    from fedml_fes.runtime.fedbert import FedBertMlm
 
     for bad in ({"lr_schedule": "step"}, {"warmup_fraction": 1.0}, {"train_mask_probability": 1.5}, {"dropout": 1.0}):
         with pytest.raises(FesError, match="mlm_args"):
@@ -80,7 +80,7 @@ def test_each_round_trains_at_its_place_in_the_build_schedule(tmp_path, mlm_mode
     """A client task reads its round off the task seed: the lr it uses is the schedule's."""
     from fedml_fes.data.federated import build_federated_data
     from fedml_fes.models import build_masked_lm, load_tokenizer
-    from fedml_fes.runtime.methods import FedBertMlm
+    from fedml_fes.runtime.fedbert import FedBertMlm
 
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir, lr_schedule="linear", warmup_fraction=0.25))
     data, _ = build_federated_data(cfg)
@@ -116,7 +116,7 @@ def test_build_starts_from_the_clients_unigram_bias_without_dropout(tmp_path, ml
 
     from fedml_fes.data.federated import build_federated_data
     from fedml_fes.models import load_tokenizer
-    from fedml_fes.runtime.methods import FedBertMlm
+    from fedml_fes.runtime.fedbert import FedBertMlm
 
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir, unigram_bias=True, dropout=0.0, train_vocab=50))
     tok = load_tokenizer(mlm_model_dir)
@@ -209,20 +209,20 @@ def test_train_mlm_learns_on_repeated_text(mlm_model_dir):
 
 def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path, mlm_model_dir, monkeypatch):
     from fedml_fes.data.federated import build_federated_data, load_splits
-    from fedml_fes.runtime import methods
+    from fedml_fes.runtime import fedbert
 
     raw = _raw(tmp_path, mlm_model_dir)
     raw["train_args"].update(comm_round=8, client_num_per_round=8)
     raw["mlm_args"]["local_steps"] = 1
     cfg = config_from_dict(raw)
     trained: set[str] = set()
-    real = methods.train_mlm
+    real = fedbert.train_mlm
 
     def spy(model, tokenizer, texts, **kw):
         trained.update(texts)
         return real(model, tokenizer, texts, **kw)
 
-    monkeypatch.setattr(methods, "train_mlm", spy)
+    monkeypatch.setattr(fedbert, "train_mlm", spy)
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     summary = run_in_process(cfg, make_run_dir(cfg), progress=False, echo=lambda _l: None)
@@ -241,10 +241,10 @@ def test_build_trains_on_all_train_split_text_and_never_the_test_split(tmp_path,
 
 def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir, monkeypatch):
     import fedml_fes_plugins.runtimes.inprocess as inprocess
-    from fedml_fes.runtime import methods
+    from fedml_fes.runtime import fedbert
 
     events: list[str] = []
-    real_build, real_train = inprocess.build_job, methods.train_mlm
+    real_build, real_train = inprocess.build_job, fedbert.train_mlm
 
     def build(*a, **kw):
         events.append("<build_job>")
@@ -255,7 +255,7 @@ def test_progress_lines_come_before_loading_and_training(tmp_path, mlm_model_dir
         return real_train(*a, **kw)
 
     monkeypatch.setattr(inprocess, "build_job", build)
-    monkeypatch.setattr(methods, "train_mlm", train)
+    monkeypatch.setattr(fedbert, "train_mlm", train)
     cfg = config_from_dict(_raw(tmp_path, mlm_model_dir))
     inprocess.run_in_process(cfg, make_run_dir(cfg), progress=False, echo=events.append)
     assert events[0] == "fedbert_mlm: loading data and model" and events[1] == "<build_job>"
