@@ -117,10 +117,11 @@ def test_phases_follow_the_in_process_calls(tmp_path, tiny_model_dir):
     """The phase sequence makes the same RoundServer calls, in the same order, as the
     in-process loop: same metrics rows."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.client import LocalTrainer
     from fedml_fes.runtime.job import build_job
     from fedml_fes.runtime.phases import PhaseSequence
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
 
     raw = small_config(

@@ -544,9 +544,10 @@ def test_trials_run_on_idle_clients_in_the_same_rounds(tmp_path, tiny_model_dir)
 def test_pacing_and_planner_never_score_on_test_data(tmp_path, tiny_model_dir):
     """Every evaluation but the scheduled test rounds uses the gold labels only."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.client import LocalTrainer
     from fedml_fes.runtime.job import build_job
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
 
     raw = small_config(
         tmp_path,
@@ -704,8 +705,9 @@ def test_training_draw_follows_labels_held_under_label_sampling(tmp_path, tiny_m
     """pacing_args.train_sampling=labels: a client holding many labels trains far more often
     than ones holding a single pseudo label; uniform draws ignore the counts (FedAvg's draw)."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.job import build_job
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
 
     raw = small_config(
         tmp_path,
@@ -780,9 +782,10 @@ def _one_trial_round(tmp_path, tiny_model_dir, baseline: str) -> dict:
     """Round 0 of a tiny FeS run with two pacing trials: the aggregations' senders, each trial's
     gain, the validation before and after the round and the new global tensors."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.client import LocalTrainer
     from fedml_fes.runtime.job import build_job
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
 
     raw = small_config(
         tmp_path / baseline,
@@ -864,8 +867,9 @@ def test_fedfsl_draws_by_labels_held_with_sample_by_labels(tmp_path, tiny_model_
     handful of pseudo labels; off, FedFSL draws uniformly (the paper's FedAvg draw). A pseudo
     label counts pseudo_args.sample_weight of a gold one: 4 at 0.25 draw as 1 at 1."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.job import build_job
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
 
     raw = small_config(
         tmp_path,
@@ -894,8 +898,9 @@ def test_gold_every_round_puts_every_gold_holder_among_the_trainers(tmp_path, ti
     """pseudo_args.gold_every_round: each round's trainers hold every gold-label client (as many
     as fit), the other places drawn among the pseudo-label holders; off, rounds leave gold out."""
     from fedml_fes.report.metrics import RunRecorder
+    from fedml_fes.runtime.aggregator import FedAvgCore
     from fedml_fes.runtime.job import build_job
-    from fedml_fes.runtime.server import FedAvgCore, RoundServer
+    from fedml_fes.runtime.server import RoundServer
 
     def draws(on: bool) -> tuple[list[list[int]], set[int], list[int]]:
         raw = small_config(

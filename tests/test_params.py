@@ -80,7 +80,7 @@ def _core(model: torch.nn.Module, norm_factor: float = 10.0):
     """A FedAvgCore over `model` (no data, no evaluation: aggregation only)."""
     from types import SimpleNamespace
 
-    from fedml_fes.runtime.server import FedAvgCore
+    from fedml_fes.runtime.aggregator import FedAvgCore
 
     job = SimpleNamespace(model=model, cfg=SimpleNamespace(train=SimpleNamespace(robust_norm_factor=norm_factor)))
     return FedAvgCore(job)

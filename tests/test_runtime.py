@@ -9,9 +9,10 @@ import torch
 from fedml_fes.config import config_from_dict
 from fedml_fes.errors import FesError
 from fedml_fes.report.metrics import RunRecorder
+from fedml_fes.runtime.aggregator import FedAvgCore
 from fedml_fes.runtime.job import build_job
 from fedml_fes.runtime.rundir import make_run_dir
-from fedml_fes.runtime.server import FedAvgCore, RoundServer
+from fedml_fes.runtime.server import RoundServer
 from fedml_fes.runtime.tasks import ClientUpdate
 
 from .conftest import small_config

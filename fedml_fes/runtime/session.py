@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import FesError
 from ..precision import describe_device
 from ..report.metrics import RunRecorder, device_fields
+from .aggregator import AggregatorLike
 from .checkpoint import (
     CHECKPOINT_FILE,
     clear_earlier_run,
@@ -27,7 +28,7 @@ from .checkpoint import (
 )
 from .job import Job
 from .phases import PhaseSequence
-from .server import CLASS_DETAILS, AggregatorLike, RoundServer
+from .server import CLASS_DETAILS, RoundServer
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from fedml.core import ServerAggregator
 
 from fedml_fes.errors import FesError, one_line
 from fedml_fes.report.metrics import format_row
+from fedml_fes.runtime.aggregator import FedAvgCore
 from fedml_fes.runtime.job import Job
 from fedml_fes.runtime.payload import PLAN_KEY, pack_plan, unpack_updates
 from fedml_fes.runtime.phases import PhaseSequence
-from fedml_fes.runtime.server import FedAvgCore
 from fedml_fes.runtime.session import ServerSession
 from fedml_fes.runtime.tasks import ClientUpdate
 from fedml_fes_plugins.adapters.hard_exit import abort_mpi, leave
