@@ -387,7 +387,7 @@ def test_skeleton_of_a_causal_prompt_backbone_is_the_causal_lm(tiny_llama_dir):
     assert type(skeleton(tiny_llama_dir, masked_lm=True)).__name__ == "LlamaForCausalLM"
 
 
-@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes", "fes+head", "fes+lora"])
+@pytest.mark.parametrize("method", ["fedcls", "fedfsl", "fes", "fes+head", "fes+lora", "fes+ia3"])
 def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     from fedml_fes.runtime.rundir import make_run_dir
     from fedml_fes_plugins.runtimes.inprocess import run_in_process
@@ -400,7 +400,11 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
         prompt_args={"pattern_id": 0},
         pseudo_args={"start_round": 1, "per_pass": 8},
         pacing_args={"mode": "static"},
-        tuning_args={"verbalizer_head": head == "head", "lora_rank": int(head == "lora")},
+        tuning_args={
+            "verbalizer_head": head == "head",
+            "lora_rank": int(head == "lora"),
+            "capacity": "ia3" if head == "ia3" else "bias",
+        },
         common_args={"precision": "bfloat16"},
     )
     cfg = config_from_dict(raw)
@@ -408,9 +412,16 @@ def test_methods_run_on_a_causal_backbone(tmp_path, tiny_llama_dir, method):
     summary = run_in_process(cfg, run_dir, progress=False, echo=lambda _l: None)
     assert summary["status"] == "completed" and 0.0 <= summary["final"] <= 1.0
     assert "bfloat16" in summary["device"]
-    if head:  # the class head (5 classes x 32 hidden) or LoRA trains and travels with the biases
+    if (
+        head
+    ):  # the class head (5 classes x 32 hidden) or LoRA trains and travels with the biases; (IA)^3 instead of them
         sent = torch.load(run_dir / "checkpoint.pt", weights_only=False)["server"]["global"]
-        assert sent["class_head"].shape == (5, 32) if head == "head" else sum(".lora_" in n for n in sent) == 4
+        expected = {"head": lambda: sent["class_head"].shape == (5, 32)}
+        expected["lora"] = lambda: sum(".lora_" in n for n in sent) == 4
+        expected["ia3"] = lambda: sum(".ia3_l." in n for n in sent) == 3 and not any(n.endswith(".bias") for n in sent)
+        assert expected[head]()
+        if head == "ia3":  # trained: the scalings left 1
+            assert any(not torch.equal(t, torch.ones_like(t)) for n, t in sent.items() if ".ia3_l." in n)
         rows = [r for r in csv.DictReader(open(run_dir / "client_costs.csv")) if r["phase"] == "train"]
         assert {int(r["trainable_bytes"]) for r in rows} == {sum(t.numel() * t.element_size() for t in sent.values())}
 
@@ -680,3 +691,48 @@ def test_a_decoders_flops_are_counted_and_match_torch_flop_counter(tok, lm):
     m = meter.metrics()
     assert m["cost_fwd_flops"] > 0 and m["cost_bwd_flops"] > 0 and m["cost_encoder_calls"] == 1
     assert m["cost_fwd_flops"] + m["cost_bwd_flops"] == pytest.approx(counter.get_total_flops(), rel=0.05)
+
+
+def test_fes_with_ia3_capacity_trains_only_the_scalings_of_its_bias_only_layers(tmp_path, tiny_llama_dir, tok):
+    """tuning_args.capacity ia3: the plan's bias-only layer (layer 2 of 3) gets PEFT's (IA)^3
+    vectors on k, v and down_proj's input, initialised to 1 (the same function), and they are
+    its only trainable tensors besides the heads: no zero biases, nothing below; gradients reach
+    them, and they step at ia3_learning_rate."""
+    from fedml_fes.prompt.classifier import trains_weight_matrices
+    from fedml_fes.runtime.inert import inert_keys, is_inert
+
+    raw = small_config(
+        tmp_path,
+        tiny_llama_dir,
+        train_args={"method": "fes"},
+        tuning_args={"capacity": "ia3", "ia3_learning_rate": 0.005},
+    )
+    cfg = config_from_dict(raw)
+    method = get_method("fes")
+    model = method.build_model(cfg, ["sports", "tech"], tok)
+    plain = get_method("prompt_only").build_model(
+        config_from_dict({**raw, "train_args": {"method": "prompt_only"}}), ["sports", "tech"], tok
+    )
+    batch = PromptEncoder(tok, "{text_a}\nTopic: {mask}", 48, causal=True).batch(TEXTS)
+    with torch.no_grad():
+        assert torch.allclose(model(**batch), plain(**batch), atol=1e-5)  # scalings start at 1
+    sent = trainable_state(model)
+    layer_tensors = {n.split("layers.")[1] for n in sent if "layers." in n}
+    assert layer_tensors == {
+        "2.self_attn.k_proj.ia3_l.default",
+        "2.self_attn.v_proj.ia3_l.default",
+        "2.mlp.down_proj.ia3_l.default",
+    }
+    # k, v: 2 key-value heads of 8 = 16 each; down_proj's input: the tiny Llama's 64 MLP features
+    assert sum(sent[n].numel() for n in sent if ".ia3_l." in n) == 16 + 16 + 64
+    assert not any(n.endswith(".bias") for n, _ in model.named_parameters())  # no zero biases added
+    assert not trains_weight_matrices(model)  # vectors only: checkpoint_bias_only decides as for biases
+    model(**batch).logsumexp(-1).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in model.named_parameters() if ".ia3_l." in n)
+    rates = method._own_rates(model, cfg)
+    assert len(rates) == 3 and set(rates.values()) == {0.005}
+    assert method.ia3 and not get_method("fes").ia3
+    assert not is_inert("tuning_args.capacity", inert_keys("fes", "plan"))
+    assert is_inert("tuning_args.capacity", inert_keys("fedfsl", "full"))
+    with pytest.raises(FesError, match="tuning_args.capacity must be one of bias, ia3, got 'lora'"):
+        config_from_dict(small_config(tmp_path, tiny_llama_dir, tuning_args={"capacity": "lora"}))

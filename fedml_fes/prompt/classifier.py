@@ -238,10 +238,10 @@ def checkpointable(model: nn.Module) -> nn.Module:
 
 
 def trains_weight_matrices(model: nn.Module) -> bool:
-    """Whether a trainable tensor has two or more dimensions (a weight matrix, an embedding,
-    LoRA's factors), not only biases and norm gains: what train_args.checkpoint_bias_only
-    tells apart."""
-    return any(p.requires_grad and p.dim() >= 2 for p in model.parameters())
+    """Whether a trainable tensor is a matrix (a weight matrix, an embedding, LoRA's factors),
+    not only vectors (biases, norm gains, (IA)^3's scalings, which PEFT stores as one-row or
+    one-column matrices): what train_args.checkpoint_bias_only tells apart."""
+    return any(p.requires_grad and p.dim() >= 2 and p.numel() > max(p.shape) for p in model.parameters())
 
 
 def gradient_checkpointing(model: nn.Module, on: bool) -> None:

@@ -28,8 +28,14 @@ def inert_keys(method_name: str, model_tuning: str) -> frozenset[str]:
     inert = {"tuning_args"} if mode == "full" else set()
     if mode != "bias":  # only BitFit over every layer reads it
         inert.add("tuning_args.all_bias_learning_rate")
-    if mode != "plan":  # only FeS's layer plan trains norm gains and LoRA beside its biases
-        inert |= {"tuning_args.norm_gains", "tuning_args.lora_rank", "tuning_args.lora_learning_rate"}
+    if mode != "plan":  # only FeS's layer plan trains norm gains, LoRA beside its biases or (IA)^3
+        inert |= {
+            "tuning_args.norm_gains",
+            "tuning_args.lora_rank",
+            "tuning_args.lora_learning_rate",
+            "tuning_args.capacity",
+            "tuning_args.ia3_learning_rate",
+        }
     if mode not in ("bias", "plan"):  # a class head trains only beside biases
         inert.add("tuning_args.verbalizer_head")
     if mode not in ADAPTER_KINDS:

@@ -46,7 +46,15 @@ from ..pseudo.pacing import budget_target
 from ..pseudo.prototypes import agreeing, class_sums
 from ..pseudo.store import PseudoLabels
 from ..report.class_shift import class_report
-from ..tuning.adapters import adapter_plan, add_adapters, add_lora_beside, capacity_plan, is_adapter_param
+from ..tuning.adapters import (
+    adapter_plan,
+    add_adapters,
+    add_ia3,
+    add_lora_beside,
+    capacity_plan,
+    is_adapter_param,
+    is_ia3_param,
+)
 from ..tuning.autoconfig import (
     AdapterView,
     ProgressiveConfigurator,
@@ -204,6 +212,7 @@ class FewShot:
     # (adapter, verbalizer ids) per pattern when pseudo_args.labeler is ensemble (build_model)
     views: list[tuple[PromptAdapter, list[int]]] = field(default_factory=list, repr=False)
     lora_beside: bool = False  # LoRA beside the plan's biases (tuning_args.lora_rank; build_model)
+    ia3: bool = False  # (IA)^3 instead of the plan's biases (tuning_args.capacity; build_model)
 
     def filter_method(self, cfg: FesConfig) -> str:
         return cfg.filter.method if self.filtering == "config" else self.filtering
@@ -242,9 +251,13 @@ class FewShot:
         if self.prompt and cfg.tuning.verbalizer_head and mode in ("bias", "plan"):
             model.add_class_head()
         sites = cfg.tuning.bias_sites
-        # BitFit on bias-free layers (Llama, Gemma): zero biases, the same function
-        add_zero_biases(model, mode, plan, sites)
-        apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains, bias_sites=sites)
+        capacity = cfg.tuning.capacity if plan is not None and plan.bias_layers else "bias"
+        if capacity == "ia3":  # (IA)^3 vectors in the plan's bias-only layers, their biases frozen
+            add_ia3(model.backbone if self.prompt else model, range(plan.frozen_bottom, plan.total - plan.full_layers))
+        else:  # BitFit on bias-free layers (Llama, Gemma): zero biases, the same function
+            add_zero_biases(model, mode, plan, sites)
+        apply_tuning(model, mode, plan, norm_gains=cfg.tuning.norm_gains, bias_sites=sites, capacity=capacity)
+        self.ia3 = capacity == "ia3"
         self.lora_beside = bool(self.prompt and plan is not None and plan.bias_layers and cfg.tuning.lora_rank)
         if self.lora_beside:
             bias_layers = range(plan.frozen_bottom, plan.total - plan.full_layers)
@@ -324,10 +337,13 @@ class FewShot:
 
     def _own_rates(self, model, cfg) -> dict | None:
         """Parameters that step at a rate of their own: a class head at the full-tuning rate,
-        LoRA beside the biases (tuning_args.lora_rank) at tuning_args.lora_learning_rate."""
+        LoRA beside the biases (tuning_args.lora_rank) at tuning_args.lora_learning_rate, (IA)^3
+        vectors (tuning_args.capacity) at tuning_args.ia3_learning_rate."""
         rates = {}
         if self.lora_beside:
             rates = {p: cfg.tuning.lora_learning_rate for n, p in model.named_parameters() if is_adapter_param(n)}
+        if self.ia3:
+            rates |= {p: cfg.tuning.ia3_learning_rate for n, p in model.named_parameters() if is_ia3_param(n)}
         if getattr(model, "class_head", None) is not None:
             rates[model.class_head] = self.head_lr
         return rates or None

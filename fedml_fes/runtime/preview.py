@@ -107,6 +107,11 @@ def preview_run(cfg: FesConfig) -> list[str]:
             if getattr(method, "lora_beside", False)
             else ""
         )
+        + (
+            f", (IA)^3 instead of the biases at lr {cfg.tuning.ia3_learning_rate:g}"
+            if getattr(method, "ia3", False)
+            else ""
+        )
         + f"; one client update: {payload_bytes(trainable):,} bytes each way"
     )
     return lines

@@ -20,7 +20,8 @@ the prompt model, the frozen-bottom split and the cost meter work unchanged.
   are deliberately not used: PEFT is the maintained implementation.
 
 `add_lora_beside` puts the same LoRA modules beside FeS's bias-only layers (tuning_args.lora_rank)
-without changing what else trains.
+without changing what else trains; `add_ia3` puts PEFT's (IA)^3 scalings in them
+(tuning_args.capacity: ia3).
 """
 
 from __future__ import annotations
@@ -51,8 +52,22 @@ TARGETS = {
     ),
     "adapter": ("output.dense", "ffn.lin2", "mlp.down_proj"),
 }
-PER_LAYER = {"lora": 2, "adapter": 1}  # modules each adapted layer must have
+# (IA)^3 (T-Few): the keys, the values and the FFN's output projection, whose *input* it scales
+FEEDFORWARD = TARGETS["adapter"]
+TARGETS["ia3"] = (
+    "attention.self.key",
+    "attention.self.value",
+    "attention.self.key_proj",
+    "attention.self.value_proj",
+    "attention.k_lin",
+    "attention.v_lin",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    *FEEDFORWARD,
+)
+PER_LAYER = {"lora": 2, "adapter": 1, "ia3": 3}  # modules each adapted layer must have
 ADAPTER_PARAM = re.compile(r"\.lora_[AB]\.")  # PEFT's LoRA tensors: <module>.lora_A.<adapter>.weight
+IA3_PARAM = re.compile(r"\.ia3_l\.")  # PEFT's (IA)^3 vectors: <module>.ia3_l.<adapter>
 _IN_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.(.+)$")
 
 
@@ -158,6 +173,25 @@ def add_lora_beside(model: nn.Module, layers: range, rank: int, seed: int) -> li
         else:  # PEFT marks every other tensor frozen: restore the plan's choice
             p.requires_grad_(before[name.replace(".base_layer.", ".")])
     return added
+
+
+def is_ia3_param(name: str) -> bool:
+    return bool(IA3_PARAM.search(name))
+
+
+def add_ia3(model: nn.Module, layers: range) -> int:
+    """PEFT's (IA)^3 vectors on the keys, values and FFN output projection of `layers`
+    (tuning_args.capacity: ia3), initialised to 1: the model computes what it did. Which tensors
+    train is left to `tuning.plan.apply_tuning`, which runs after this; returns their count."""
+    from peft import IA3Config, inject_adapter_in_model
+
+    targets = _targets(model, "ia3", layers)
+    feedforward = [t for t in targets if t.endswith(FEEDFORWARD)]
+    inject_adapter_in_model(IA3Config(target_modules=targets, feedforward_modules=feedforward), model)
+    count = sum(p.numel() for n, p in model.named_parameters() if is_ia3_param(n))
+    if count == 0:
+        raise FesError(f"(IA)^3: no PEFT tensor was added to {type(model).__name__}")
+    return count
 
 
 def _inject(model: nn.Module, targets: list[str], width: int, alpha: float, dropout: float, seed: int) -> int:

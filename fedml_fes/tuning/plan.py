@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import FesError
+from .adapters import is_ia3_param
 
 # heads train fully: a classification head, the prompt model's class bias and class head
 HEAD_PREFIXES = ("classifier.", "score.", "class_bias", "class_head")
@@ -152,12 +153,15 @@ def apply_tuning(
     plan: LayerPlan | None = None,
     norm_gains: bool = False,
     bias_sites: "list[str] | tuple" = (),
+    capacity: str = "bias",
 ) -> int:
     """Set requires_grad by mode ('full', 'bias', or 'plan' with `plan`); returns trainable count.
     norm_gains (plan only): the bias-only layers train their normalization gains too, as
     LN-tuning does; on RMSNorm models (no norm bias) they are the analogue of the LayerNorm
     bias that BitFit trains on RoBERTa. bias_sites: where biases train, only the biases of
-    those modules (`at_site`); a head trains whatever they name."""
+    those modules (`at_site`); a head trains whatever they name. capacity (plan only): 'ia3',
+    the plan's bias-only layers train their (IA)^3 vectors (`adapters.add_ia3`, added before
+    this) instead of their biases."""
     if mode not in ("full", "bias", "plan"):
         raise FesError(f"tuning mode must be full, bias or plan, got '{mode}'")
     if mode == "plan" and plan is None:
@@ -168,8 +172,11 @@ def apply_tuning(
     count = 0
     for name, p in model.named_parameters():
         m = _param_mode(name, plan if mode == "plan" else None, mode)
-        bias = name.endswith("bias") and at_site(name.rpartition(".")[0], bias_sites)
-        train = m == "full" or (m == "bias" and (bias or name in gains))
+        if capacity == "ia3" and mode == "plan":
+            kind = is_ia3_param(name)
+        else:
+            kind = name.endswith("bias") and at_site(name.rpartition(".")[0], bias_sites)
+        train = m == "full" or (m == "bias" and (kind or name in gains))
         p.requires_grad_(train)
         count += p.numel() if train else 0
     if count == 0:
