@@ -930,3 +930,19 @@ def test_gold_every_round_puts_every_gold_holder_among_the_trainers(tmp_path, ti
         assert len({t for r in rounds for t in r} - gold) > per_round  # the other places vary by round
     off, _, _ = draws(False)
     assert any(not gold <= set(t) for t in off)
+
+
+@pytest.mark.slow
+def test_fes_with_ia3_capacity_runs_on_a_masked_lm_with_its_frozen_cached_bottom(tmp_path, tiny_model_dir):
+    """tuning_args.capacity ia3 on a BERT-style masked LM (biases of its own, frozen): the top
+    layer's (IA)^3 vectors travel, no bias of a layer does, and the frozen bottom is still cached."""
+    summary, run_dir = _run(tmp_path, tiny_model_dir, "fes", tuning_args={"bias_layers": 1, "capacity": "ia3"})
+    assert summary["status"] == "completed"
+    sent = torch.load(run_dir / "checkpoint.pt", weights_only=False)["server"]["global"]
+    layer_tensors = {n.split("layer.")[1] for n in sent if ".layer." in n}
+    assert layer_tensors == {
+        "1.attention.self.key.ia3_l.default",
+        "1.attention.self.value.ia3_l.default",
+        "1.output.dense.ia3_l.default",
+    }
+    assert list((run_dir / "clients").glob("*/activations.pt"))
