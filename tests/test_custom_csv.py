@@ -335,7 +335,7 @@ def test_verbalizer_missing_a_class_fails_before_any_model_loads(tmp_path, tiny_
     def no_weights(*args, **kwargs):
         raise AssertionError("model weights were loaded before the verbalizer was checked")
 
-    monkeypatch.setattr(methods, "build_masked_lm", no_weights)
+    monkeypatch.setattr(methods, "build_prompt_lm", no_weights)  # the prompt model's only weight loader
     data, _ = build_federated_data(cfg)
     with pytest.raises(FesError, match=r"does not cover classes \['neutral'\]"):
         methods.get_method("fes").build_model(cfg, data.classes, load_tokenizer(cfg.model.model), weights=True)
